@@ -1,0 +1,165 @@
+"""Typed params: pydantic models that mirror params.yaml, a section per stage.
+
+Every stage calls `load_params()` before it does any work, so a bad value in params.yaml (or
+one set with `dvc exp run -S key=value`, which edits params.yaml) fails at once with the key,
+the value and what is allowed. Unknown keys are rejected (`extra="forbid"`): a typo is an
+error, not a silently ignored setting. `sonfolio check-params` runs the same validation alone.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+Fraction01 = Annotated[float, Field(ge=0.0, le=1.0)]
+Positive = Annotated[int, Field(gt=0)]
+
+SCORE_EXTENSIONS = (".xml", ".musicxml", ".mxl", ".krn", ".abc")
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Paths(Strict):
+    """Where each stage writes; dvc.yaml reads the same keys as ${paths.*}."""
+
+    score_data: Path
+    score_tokenizer: Path
+    metrics: Path
+    download_cache: Path
+
+
+class ScoreSource(Strict):
+    """One collection of music: music21's shipped corpus, a folder, or an archive.
+
+    The collection `name` is what `split.heldout_collections` refers to.
+    """
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]+$")]
+    music21: str | None = Field(
+        default=None, description="a folder of music21's corpus, e.g. 'bach' or 'essenFolksong'"
+    )
+    folder: Path | None = None
+    archive: str | None = Field(default=None, description="path or http(s) URL of .zip / .tar.*")
+    sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None = None
+    max_pieces: Positive | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> ScoreSource:
+        kinds = [k for k in ("music21", "folder", "archive") if getattr(self, k) is not None]
+        if len(kinds) != 1:
+            raise ValueError(
+                f"source {self.name!r} must set exactly one of music21, folder, archive "
+                f"(it sets {kinds or 'none'})"
+            )
+        if self.archive is not None and self.sha256 is None:
+            raise ValueError(
+                f"source {self.name!r}: an archive needs its sha256 (run `sha256sum FILE`), so a "
+                "changed or truncated download is caught"
+            )
+        return self
+
+
+class Augment(Strict):
+    """Scan-like degradation, applied to the train split only, seeded per image."""
+
+    enabled: bool
+    noise_std: Annotated[float, Field(ge=0.0, le=0.5)]  # gaussian noise, in units of full white
+    blur_radius: Annotated[float, Field(ge=0.0, le=5.0)]  # max gaussian blur radius, px
+    rotation_deg: Annotated[float, Field(ge=0.0, le=10.0)]  # max absolute rotation
+    ink: Fraction01  # strength of uneven ink (patchy fading), 0 = none
+
+
+class ScoreSplit(Strict):
+    val: Annotated[float, Field(ge=0.0, lt=0.5)]
+    test: Annotated[float, Field(ge=0.0, lt=0.5)]
+    heldout_collections: list[str]
+    seed: int
+
+
+class ScoreData(Strict):
+    sources: Annotated[list[ScoreSource], Field(min_length=1)]
+    synthetic_fraction: Annotated[float, Field(ge=0.0, lt=1.0)]
+    bars_per_system: Annotated[int, Field(ge=1, le=16)]
+    image_long_side: Annotated[int, Field(ge=64, le=4096)]
+    resolution_dpi: Annotated[int, Field(ge=50, le=1200)]
+    augment: Augment
+    split: ScoreSplit
+    max_skip_fraction: Fraction01
+    systems_per_process: Annotated[int, Field(ge=1, le=2000)]
+    workers: Annotated[int, Field(ge=0)]  # 0: one per CPU core
+    lilypond: str | None  # null: the binary from `pip install lilypond`, else PATH
+    seed: int
+
+    @model_validator(mode="after")
+    def _heldout_known(self) -> ScoreData:
+        names = [s.name for s in self.sources]
+        if len(set(names)) != len(names):
+            raise ValueError(f"score_data.sources: collection names repeat: {names}")
+        unknown = set(self.split.heldout_collections) - set(names)
+        if unknown:
+            raise ValueError(
+                f"score_data.split.heldout_collections names {sorted(unknown)}, which no source "
+                f"defines; known collections: {names}"
+            )
+        if self.split.val + self.split.test >= 0.9:
+            raise ValueError("score_data.split: val + test must leave at least 10% for train")
+        return self
+
+
+class ScoreTokenizer(Strict):
+    vocab_size: Annotated[int, Field(ge=64, le=200_000)]
+    min_frequency: Annotated[int, Field(ge=1)]
+    model_max_length: Annotated[int, Field(ge=16)]
+
+
+class Params(Strict):
+    paths: Paths
+    score_data: ScoreData
+    score_tokenizer: ScoreTokenizer
+
+
+class ParamsError(ValueError):
+    """params.yaml is missing, unreadable or invalid; the message lists every problem."""
+
+
+def _describe(err: ValidationError, origin: str) -> str:
+    lines = [f"{origin} is invalid ({err.error_count()} problem(s)):"]
+    for e in err.errors():
+        key = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        if e["type"] == "extra_forbidden":
+            lines.append(f"  - {key}: unknown key (remove it, or check its spelling)")
+        elif e["type"] == "missing":
+            lines.append(f"  - {key}: missing (add it to {origin})")
+        else:
+            lines.append(f"  - {key} = {e.get('input')!r}: {e['msg']}")
+    return "\n".join(lines)
+
+
+def parse_params(raw: object, origin: str = "params.yaml") -> Params:
+    """Validate an already-loaded params mapping."""
+    try:
+        return Params.model_validate(raw)
+    except ValidationError as err:
+        raise ParamsError(_describe(err, origin)) from None
+
+
+def load_params(path: Path | str = "params.yaml") -> Params:
+    """Read and validate params.yaml.
+
+    Raises:
+        ParamsError: naming every bad key, its value and what is allowed.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ParamsError(f"{path} not found: run from the project root, or pass its path")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as err:
+        raise ParamsError(f"{path} is not valid YAML: {err}") from None
+    return parse_params(raw, str(path))
+

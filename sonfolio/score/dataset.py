@@ -1,0 +1,163 @@
+"""Build the score dataset: pieces -> canonical systems -> splits -> rendered images.
+
+Parsing and rendering run in a pool of processes (music21 and LilyPond are single-threaded).
+Splits are by piece, so no piece has systems in two splits, plus a held-out split made of whole
+collections to measure generalisation to music the model never saw the like of.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import multiprocessing
+import os
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Executor, ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+from sonfolio.config import ScoreData, ScoreSplit
+from sonfolio.score.convert import SourceError, System, pieces_from_file, systems_from_score
+from sonfolio.score.render import RenderJob, RenderSettings, render_batch
+from sonfolio.score.sources import Unit, abc_tunes
+from sonfolio.score.synth import synth_systems
+
+log = logging.getLogger(__name__)
+
+SPLITS = ("train", "val", "test", "heldout")
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+@dataclass
+class Parsed:
+    """What one unit gave: its systems, or why it was skipped."""
+
+    unit: Unit
+    systems: list[System] = field(default_factory=list)
+    dropped: Counter[str] = field(default_factory=Counter)
+    skip_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One row of the manifest."""
+
+    image: str  # relative to the dataset folder
+    text: str
+    piece: str
+    collection: str
+    split: str
+
+
+def worker_count(configured: int) -> int:
+    if configured:
+        return configured
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def parse_unit(unit: Unit, bars_per_system: int) -> Parsed:
+    """Parse one piece and cut it into canonical systems; never raises for a bad file."""
+    from music21 import converter
+
+    try:
+        if unit.tune is None:
+            scores = pieces_from_file(unit.path)
+        else:
+            header, tunes = abc_tunes(unit.path.read_text(encoding="utf-8", errors="replace"))
+            scores = [("", converter.parseData(header + tunes[unit.tune], format="abc"))]
+    except SourceError as err:
+        return Parsed(unit, skip_reason=err.reason)
+    except Exception as err:  # music21 raises many types on corrupt input; counted and capped
+        log.debug("cannot parse %s: %r", unit.piece, err)
+        return Parsed(unit, skip_reason="unparsable")
+    parsed = Parsed(unit)
+    for suffix, score in scores:
+        piece = f"{unit.piece}#{suffix}" if suffix else unit.piece
+        systems, dropped = systems_from_score(score, piece, bars_per_system)
+        parsed.systems.extend(systems)
+        parsed.dropped.update(dropped)
+    if not parsed.systems and not parsed.dropped:
+        parsed.skip_reason = "empty"
+    return parsed
+
+
+def split_of(piece: str, collection: str, cfg: ScoreSplit) -> str:
+    """Deterministic split by piece: a hash of the piece id, never the system."""
+    if collection in cfg.heldout_collections:
+        return "heldout"
+    digest = hashlib.sha256(f"{cfg.seed}/{piece}".encode()).digest()
+    u = int.from_bytes(digest[:8], "big") / 2**64
+    if u < cfg.test:
+        return "test"
+    return "val" if u < cfg.test + cfg.val else "train"
+
+
+def augment_seed(seed: int, image: str) -> int:
+    return int.from_bytes(hashlib.sha256(f"{seed}/{image}".encode()).digest()[:4], "big")
+
+
+def progress() -> Progress:
+    return Progress(
+        "[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+        TimeRemainingColumn(),
+    )
+
+
+def pool_map(
+    fn: Callable[[T], R], items: Sequence[T], workers: int, label: str
+) -> Iterable[R]:
+    """Map in a process pool (in order) with a progress bar; in-process when workers == 1."""
+    with progress() as bar:
+        task = bar.add_task(label, total=len(items))
+        if workers == 1:
+            for item in items:
+                yield fn(item)
+                bar.advance(task)
+            return
+        ctx = multiprocessing.get_context("fork")  # workers inherit the imported modules
+        pool: Executor
+        with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+            for res in pool.map(fn, items, chunksize=1):
+                yield res
+                bar.advance(task)
+
+
+def batched(items: Sequence[T], n: int) -> list[Sequence[T]]:
+    return [items[i : i + n] for i in range(0, len(items), n)]
+
+
+def plan(systems: list[tuple[System, str]], cfg: ScoreData) -> list[Entry]:
+    """Assign splits and image paths; stable order so ids never depend on worker timing."""
+    entries: list[Entry] = []
+    counters: Counter[str] = Counter()
+    for system, collection in sorted(systems, key=lambda sc: (sc[0].piece, sc[0].index)):
+        split = split_of(system.piece, collection, cfg.split)
+        image = f"images/{split}/{counters[split]:06d}.png"
+        counters[split] += 1
+        entries.append(Entry(image, system.text, system.piece, collection, split))
+    return entries
+
+
+def render_jobs(entries: Sequence[Entry], cfg: ScoreData, out: Path) -> list[RenderJob]:
+    return [
+        RenderJob(
+            e.text, out / e.image,
+            augment_seed(cfg.seed, e.image) if e.split == "train" else None,
+        )
+        for e in entries
+    ]
+
+
+def synthetic(n_real: int, cfg: ScoreData) -> list[tuple[System, str]]:
+    f = cfg.synthetic_fraction
+    n = round(n_real * f / (1.0 - f)) if f > 0 else 0
+    return [(s, "synthetic") for s in synth_systems(n, cfg.seed, cfg.bars_per_system)]
+
+
+def render_settings(cfg: ScoreData, lilypond: Path) -> RenderSettings:
+    return RenderSettings(lilypond, cfg.resolution_dpi, cfg.image_long_side, cfg.augment)

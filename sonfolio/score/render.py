@@ -1,0 +1,88 @@
+"""Render canonical systems to the stored images: LilyPond, grayscale, resize, augment.
+
+One LilyPond process renders a batch of systems (its start-up is paid once per batch). A system
+whose render raised any LilyPond warning (a failed bar check above all) is dropped with its
+reason: an image must never disagree with its text.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from PIL import Image
+
+from sonfolio.config import Augment
+from sonfolio.score.augment import degrade
+from sonfolio.score.lilypond import compile_systems
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RenderJob:
+    text: str
+    dest: Path
+    augment_seed: int | None  # None: store the clean render
+
+
+@dataclass(frozen=True)
+class RenderSettings:
+    lilypond: Path
+    resolution_dpi: int
+    long_side: int
+    augment: Augment
+
+
+def finish_image(png: Path, settings: RenderSettings, augment_seed: int | None) -> Image.Image:
+    """LilyPond's PNG -> grayscale, long side resized to `settings.long_side`, maybe degraded."""
+    with Image.open(png) as raw:
+        img = raw.convert("L")
+    scale = settings.long_side / max(img.size)
+    size = (max(1, round(img.width * scale)), max(1, round(img.height * scale)))
+    img = img.resize(size, Image.Resampling.LANCZOS)
+    if augment_seed is not None and settings.augment.enabled:
+        img = degrade(img, settings.augment, augment_seed)
+    return img
+
+
+def _reason(warnings: list[str]) -> str:
+    text = " ".join(warnings)
+    if "bar check failed" in text:
+        return "bar_check_failed"
+    return "lilypond_error" if "error:" in text else "lilypond_warning"
+
+
+def render_batch(jobs: Sequence[RenderJob], settings: RenderSettings) -> list[str | None]:
+    """Render `jobs`, writing each image to its dest; returns, per job, None or a drop reason.
+
+    A batch that LilyPond rejects as a whole is split in halves until the bad systems are
+    isolated, so one bad text costs a few extra processes, not the batch.
+    """
+    with tempfile.TemporaryDirectory(prefix="sonfolio-render-") as tmp:
+        result = compile_systems(
+            [j.text for j in jobs], Path(tmp), settings.lilypond,
+            resolution=settings.resolution_dpi,
+        )
+        if result.returncode != 0:
+            if len(jobs) == 1:
+                return [_reason(result.warnings[0] or ["error: LilyPond failed"])]
+            half = len(jobs) // 2
+            return render_batch(jobs[:half], settings) + render_batch(jobs[half:], settings)
+        outcome: list[str | None] = []
+        for job, png, warnings in zip(jobs, result.pngs, result.warnings, strict=True):
+            if warnings:
+                outcome.append(_reason(warnings))
+                continue
+            job.dest.parent.mkdir(parents=True, exist_ok=True)
+            finish_image(png, settings, job.augment_seed).save(job.dest, optimize=False)
+            outcome.append(None)
+        return outcome
+
+
+def count_reasons(outcomes: Sequence[str | None]) -> Counter[str]:
+    return Counter(r for r in outcomes if r is not None)

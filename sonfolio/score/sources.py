@@ -1,0 +1,183 @@
+"""Where the music comes from: music21's shipped corpus, a user's folder, or an archive.
+
+A *unit* is one piece to parse: a file, or one tune of an ABC file that holds many (the folk
+collections keep hundreds of tunes per file; splitting them lets pieces be sampled and parsed
+in parallel instead of parsing whole files).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import random
+import re
+import shutil
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from sonfolio.config import SCORE_EXTENSIONS, ScoreSource
+
+log = logging.getLogger(__name__)
+
+_TUNE_START = re.compile(r"^X:", re.MULTILINE)
+_DOWNLOAD_TRIES = 4
+
+
+class SourceConfigError(ValueError):
+    """A configured source cannot be used; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class Unit:
+    collection: str
+    piece: str  # stable id, unique across collections: "<collection>/<relative path>[#<tune>]"
+    path: Path
+    tune: int | None = None  # index of the tune in a multi-tune ABC file
+
+
+def abc_tunes(text: str) -> tuple[str, list[str]]:
+    """Split ABC text into (file header, [tune, ...]); each tune starts with its `X:` line."""
+    starts = [m.start() for m in _TUNE_START.finditer(text)]
+    if not starts:
+        return "", [text]
+    ends = [*starts[1:], len(text)]
+    return text[: starts[0]], [text[s:e] for s, e in zip(starts, ends, strict=True)]
+
+
+def _units_in_file(collection: str, root: Path, path: Path) -> list[Unit]:
+    rel = path.relative_to(root).as_posix()
+    if path.suffix.lower() == ".abc":
+        _, tunes = abc_tunes(path.read_text(encoding="utf-8", errors="replace"))
+        if len(tunes) > 1:
+            return [Unit(collection, f"{collection}/{rel}#{i}", path, i) for i in range(len(tunes))]
+    return [Unit(collection, f"{collection}/{rel}", path)]
+
+
+def _files_under(root: Path) -> list[Path]:
+    return sorted(
+        p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in SCORE_EXTENSIONS
+    )
+
+
+def music21_corpus_root() -> Path:
+    from music21 import common
+
+    return Path(common.getCorpusFilePath())
+
+
+def source_root(source: ScoreSource, download_cache: Path) -> Path:
+    """The folder holding a source's files (downloading and unpacking an archive if needed)."""
+    if source.music21 is not None:
+        root = music21_corpus_root() / source.music21
+        if not root.is_dir():
+            known = sorted(p.name for p in music21_corpus_root().iterdir() if p.is_dir())
+            raise SourceConfigError(
+                f"score_data.sources[{source.name}].music21 = {source.music21!r} is not a "
+                f"music21 corpus folder; known: {', '.join(k for k in known if k[0] != '_')}"
+            )
+        return root
+    if source.folder is not None:
+        if not source.folder.is_dir():
+            raise SourceConfigError(
+                f"score_data.sources[{source.name}].folder = {str(source.folder)!r} is not a "
+                "folder: point it at a folder of .xml/.mxl/.krn/.abc files"
+            )
+        return source.folder
+    assert source.archive is not None and source.sha256 is not None  # checked by the config
+    return unpack(fetch(source.archive, source.sha256, download_cache), download_cache)
+
+
+def list_units(source: ScoreSource, download_cache: Path, seed: int) -> list[Unit]:
+    """Every piece of a source, or `max_pieces` of them sampled with `seed`, in a stable order."""
+    root = source_root(source, download_cache)
+    units = [u for f in _files_under(root) for u in _units_in_file(source.name, root, f)]
+    if not units:
+        raise SourceConfigError(
+            f"score_data.sources[{source.name}] ({root}) holds no {'/'.join(SCORE_EXTENSIONS)} "
+            "file"
+        )
+    if source.max_pieces is not None and source.max_pieces < len(units):
+        units = sorted(random.Random(f"{seed}/{source.name}").sample(units, source.max_pieces),
+                       key=lambda u: u.piece)
+    return units
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _download(url: str, dest: Path) -> None:
+    """Download with retries and backoff: network I/O is the one place retries belong."""
+    for attempt in range(1, _DOWNLOAD_TRIES + 1):
+        try:
+            with urllib.request.urlopen(url, timeout=60) as resp, dest.open("wb") as out:
+                shutil.copyfileobj(resp, out)
+            return
+        except (urllib.error.URLError, TimeoutError, ConnectionError) as err:
+            if attempt == _DOWNLOAD_TRIES:
+                raise SourceConfigError(
+                    f"could not download {url} after {attempt} tries ({err}); check the URL and "
+                    "the network, or download it yourself and set `archive:` to the local path"
+                ) from err
+            wait = 2**attempt
+            log.warning("download of %s failed (%s); retrying in %d s", url, err, wait)
+            time.sleep(wait)
+
+
+def fetch(archive: str, sha256: str, cache: Path) -> Path:
+    """Return a verified local copy of `archive` (a path, file:// or http(s) URL), cached by hash.
+
+    Raises:
+        SourceConfigError: the file is missing, the download failed, or the checksum differs.
+    """
+    suffix = "".join(Path(archive.split("?")[0]).suffixes[-2:]) or ".zip"
+    cached = cache / f"{sha256}{suffix}"
+    if cached.is_file() and sha256_of(cached) == sha256:
+        return cached
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=cache, suffix=".part", delete=False) as tmp:
+        part = Path(tmp.name)
+    try:
+        if re.match(r"^(https?|ftp|file)://", archive):
+            log.info("downloading %s", archive)
+            _download(archive, part)
+        elif Path(archive).is_file():
+            shutil.copyfile(archive, part)
+        else:
+            raise SourceConfigError(f"archive {archive!r} is neither a file nor a URL")
+        actual = sha256_of(part)
+        if actual != sha256:
+            raise SourceConfigError(
+                f"archive {archive} has sha256 {actual}, but params.yaml expects {sha256}: the "
+                "file changed or the download is incomplete; if the new file is right, put its "
+                "sha256 in params.yaml"
+            )
+        part.replace(cached)
+    finally:
+        part.unlink(missing_ok=True)
+    return cached
+
+
+def unpack(archive: Path, cache: Path) -> Path:
+    """Unpack once into `<cache>/<name>.d`; a half-unpacked folder is never left in place."""
+    dest = cache / f"{archive.name}.d"
+    if dest.is_dir():
+        return dest
+    tmp = Path(tempfile.mkdtemp(dir=cache, prefix=".unpack-"))
+    try:
+        # filter="data" refuses absolute paths, links out of the folder and device files.
+        shutil.unpack_archive(archive, tmp, filter="data")
+        tmp.replace(dest)
+    except (shutil.ReadError, ValueError) as err:
+        raise SourceConfigError(f"cannot unpack {archive}: {err}") from err
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest

@@ -1,0 +1,74 @@
+"""params.yaml is validated before any work, and errors name the key, value and fix."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sonfolio.config import ParamsError, load_params, parse_params
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def raw_params() -> dict:
+    return yaml.safe_load((ROOT / "params.yaml").read_text())
+
+
+def test_the_shipped_params_are_valid():
+    params = load_params(ROOT / "params.yaml")
+    assert params.score_data.bars_per_system > 0
+
+
+def test_unknown_key_is_rejected_by_name():
+    raw = raw_params()
+    raw["score_data"]["bars_per_sytem"] = 4
+    with pytest.raises(ParamsError, match=r"score_data\.bars_per_sytem: unknown key"):
+        parse_params(raw)
+
+
+def test_bad_value_names_key_value_and_what_is_allowed():
+    raw = raw_params()
+    raw["score_data"]["bars_per_system"] = 40
+    with pytest.raises(ParamsError) as err:
+        parse_params(raw)
+    assert "score_data.bars_per_system = 40" in str(err.value)
+    assert "less than or equal to 16" in str(err.value)
+
+
+def test_heldout_collection_must_be_a_source():
+    raw = raw_params()
+    raw["score_data"]["split"]["heldout_collections"] = ["mozart"]
+    with pytest.raises(ParamsError, match="mozart.*no source defines"):
+        parse_params(raw)
+
+
+def test_archive_source_needs_a_checksum():
+    raw = raw_params()
+    raw["score_data"]["sources"].append({"name": "mine", "archive": "https://x.org/a.zip"})
+    with pytest.raises(ParamsError, match="needs its sha256"):
+        parse_params(raw)
+
+
+def test_source_sets_exactly_one_kind():
+    raw = raw_params()
+    raw["score_data"]["sources"][0]["folder"] = "/tmp"
+    with pytest.raises(ParamsError, match="exactly one of music21, folder, archive"):
+        parse_params(raw)
+
+
+def test_check_params_command_validates_without_running(tmp_path):
+    raw = raw_params()
+    raw["score_tokenizer"]["vocab_size"] = "big"
+    bad = tmp_path / "params.yaml"
+    bad.write_text(yaml.safe_dump(raw))
+    cmd = [sys.executable, "-m", "sonfolio.cli", "check-params"]
+    res = subprocess.run([*cmd, str(bad)], capture_output=True, text=True)
+    assert res.returncode == 1
+    assert "score_tokenizer.vocab_size = 'big'" in res.stderr
+    good = subprocess.run([*cmd, str(ROOT / "params.yaml")], capture_output=True, text=True)
+    assert good.returncode == 0, good.stderr
+    assert not (tmp_path / "data").exists()

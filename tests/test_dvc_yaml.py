@@ -1,0 +1,85 @@
+"""dvc.yaml agrees with tasks/ and params.yaml, and lists every module a stage imports.
+
+DVC does not follow Python imports: a library module missing from a stage's deps means an edit
+to it would not rerun the stage, and a stale output would look up to date.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+PROJECT_PACKAGES = ("sonfolio", "tasks", "flows")
+
+
+def dvc_stages() -> dict[str, dict]:
+    return yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+
+
+def module_file(name: str) -> Path | None:
+    base = ROOT / Path(*name.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def imported_modules(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names |= {f"{node.module}.{a.name}" for a in node.names}
+    return {n for n in names if n.split(".")[0] in PROJECT_PACKAGES}
+
+
+def project_imports(entry: str) -> set[Path]:
+    """Files of every project module reachable by imports from `entry` (a dotted name)."""
+    seen: set[Path] = set()
+    todo = [entry]
+    while todo:
+        path = module_file(todo.pop())
+        if path is None or path in seen:
+            continue
+        seen.add(path)
+        todo.extend(imported_modules(path))
+    return {p for p in seen if p.stat().st_size > 0}  # empty __init__.py files carry no code
+
+
+@pytest.mark.parametrize("stage", sorted(dvc_stages()))
+def test_stage_lists_every_module_it_imports(stage):
+    spec = dvc_stages()[stage]
+    match = re.fullmatch(r"python -m (tasks\.\w+)", spec["cmd"])
+    assert match, f"{stage}: cmd must be `python -m tasks.<stage>`, got {spec['cmd']!r}"
+    assert match.group(1) == f"tasks.{stage}", "stage name = module name"
+    needed = {p.relative_to(ROOT).as_posix() for p in project_imports(match.group(1))}
+    deps = {d for d in spec["deps"] if "${" not in d}
+    assert needed - deps == set(), f"{stage} imports modules missing from its deps"
+    assert all((ROOT / d).exists() for d in deps), f"{stage} lists deps that do not exist"
+
+
+@pytest.mark.parametrize("stage", sorted(dvc_stages()))
+def test_stage_has_its_params_section(stage):
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    assert stage in params, f"params.yaml has no section for stage {stage}"
+    assert stage in dvc_stages()[stage]["params"]
+
+
+def test_every_task_module_is_a_stage():
+    modules = {p.stem for p in (ROOT / "tasks").glob("*.py") if p.stem != "__init__"}
+    assert modules == set(dvc_stages())
+
+
+def test_library_never_imports_prefect():
+    for path in (ROOT / "sonfolio").rglob("*.py"):
+        tops = {m.split(".")[0] for m in imported_modules(path)}
+        text = path.read_text()
+        assert "import prefect" not in text and "from prefect" not in text, path
+        assert "flows" not in tops, f"{path}: the library must not import flows"
