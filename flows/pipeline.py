@@ -74,8 +74,11 @@ def pipeline(repo: str = ".", stages: list[str] | None = None, force: bool = Fal
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m flows.pipeline", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m flows.pipeline",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     run_p = sub.add_parser("run", help="run the pipeline once")
     run_p.add_argument("stages", nargs="*", help="stages to run (default: all)")

@@ -9,7 +9,7 @@ error, not a silently ignored setting. `sonfolio check-params` runs the same val
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -29,6 +29,8 @@ class Paths(Strict):
 
     score_data: Path
     score_tokenizer: Path
+    speech_data: Path
+    speech_tokenizer: Path
     metrics: Path
     download_cache: Path
 
@@ -117,10 +119,110 @@ class ScoreTokenizer(Strict):
     model_max_length: Annotated[int, Field(ge=16)]
 
 
+VoiceVariant = Annotated[str, Field(pattern=r"^[A-Za-z0-9_ -]+$")]  # espeak-ng's voices/!v/
+
+
+def _check_range(key: str, pair: tuple[float, float]) -> None:
+    if pair[0] > pair[1]:
+        raise ValueError(
+            f"{key} = {list(pair)}: write [minimum, maximum], e.g. {[pair[1], pair[0]]}"
+        )
+
+
+class SpeechSynthetic(Strict):
+    """French sentences spoken by espeak-ng: the offline default source."""
+
+    utterances: Annotated[int, Field(ge=20)]  # over all splits; one sentence each
+    val_fraction: Annotated[float, Field(gt=0.0, lt=0.5)]  # own sentences, train voices
+    test_fraction: Annotated[float, Field(gt=0.0, lt=0.5)]  # own sentences AND own voices
+    train_voices: Annotated[list[VoiceVariant], Field(min_length=1)]  # train and val splits
+    test_voices: Annotated[list[VoiceVariant], Field(min_length=1)]  # test split only
+    rate_wpm: tuple[Annotated[int, Field(ge=80, le=450)], Annotated[int, Field(ge=80, le=450)]]
+    pitch: tuple[Annotated[int, Field(ge=0, le=99)], Annotated[int, Field(ge=0, le=99)]]
+    noise_fraction: Fraction01  # share of clips with added white noise
+    snr_db: tuple[Annotated[float, Field(ge=-5, le=60)], Annotated[float, Field(ge=-5, le=60)]]
+    digits_fraction: Fraction01  # share of numbers written "12" rather than "douze"
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SpeechSynthetic:
+        key = "speech_data.synthetic"
+        shared = sorted(set(self.train_voices) & set(self.test_voices))
+        if shared:
+            raise ValueError(
+                f"{key}.test_voices shares {shared} with train_voices: the test split must be "
+                "spoken by voices training never hears; list each variant in only one of them"
+            )
+        for name in ("rate_wpm", "pitch", "snr_db"):
+            _check_range(f"{key}.{name}", getattr(self, name))
+        if self.val_fraction + self.test_fraction > 0.5:
+            raise ValueError(f"{key}: val_fraction + test_fraction must leave half for train")
+        for name in ("val_fraction", "test_fraction"):
+            if round(self.utterances * getattr(self, name)) < 1:
+                raise ValueError(
+                    f"{key}.{name} = {getattr(self, name)} of {self.utterances} utterances is "
+                    "less than one: raise utterances or the fraction"
+                )
+        return self
+
+
+class HubSplits(Strict):
+    """The corpus's split for each of ours; null leaves that split empty."""
+
+    train: str
+    val: str | None
+    test: str | None
+
+
+class SpeechHub(Strict):
+    """A corpus loaded with `datasets.load_dataset(name, config)`: a hub id or a local folder."""
+
+    name: Annotated[str, Field(min_length=1)]
+    config: str | None
+    splits: HubSplits
+    max_samples: Positive | None  # per split; null: all
+    streaming: bool
+    audio_column: str
+    text_column: str
+    speaker_column: str | None
+
+
+class SpeechData(Strict):
+    source: Literal["synthetic", "hub"]
+    max_duration_s: Annotated[float, Field(gt=0.0, le=30.0)]  # longer clips are skipped
+    max_skip_fraction: Fraction01
+    workers: Annotated[int, Field(ge=0)]  # 0: one per CPU core
+    seed: int
+    synthetic: SpeechSynthetic
+    hub: SpeechHub
+
+
+class SpeechTokenizer(Strict):
+    base_model: Annotated[str, Field(min_length=1)] | None  # null: BPE + features built here
+    vocab_size: Annotated[int, Field(ge=300, le=200_000)]  # > 256 bytes + special tokens
+    min_frequency: Annotated[int, Field(ge=1)]
+    model_max_length: Annotated[int, Field(ge=16)]
+    num_mel_bins: Literal[80, 128]
+    chunk_length_s: Annotated[int, Field(ge=1, le=30)]  # the model's input window, seconds
+
+
 class Params(Strict):
     paths: Paths
     score_data: ScoreData
     score_tokenizer: ScoreTokenizer
+    speech_data: SpeechData
+    speech_tokenizer: SpeechTokenizer
+
+    @model_validator(mode="after")
+    def _clips_fit_the_window(self) -> Params:
+        # Checked here, before synthesis, not only when the tokenizer stage sees the clips.
+        longest, window = self.speech_data.max_duration_s, self.speech_tokenizer.chunk_length_s
+        if self.speech_tokenizer.base_model is None and longest > window:
+            raise ValueError(
+                f"speech_data.max_duration_s = {longest} is longer than the model's input "
+                f"window speech_tokenizer.chunk_length_s = {window}: lower the first or raise "
+                "the second"
+            )
+        return self
 
 
 class ParamsError(ValueError):
@@ -135,6 +237,8 @@ def _describe(err: ValidationError, origin: str) -> str:
             lines.append(f"  - {key}: unknown key (remove it, or check its spelling)")
         elif e["type"] == "missing":
             lines.append(f"  - {key}: missing (add it to {origin})")
+        elif e["type"] == "value_error":  # our own validators: the message names the values
+            lines.append(f"  - {key}: {e['msg'].removeprefix('Value error, ')}")
         else:
             lines.append(f"  - {key} = {e.get('input')!r}: {e['msg']}")
     return "\n".join(lines)
@@ -162,4 +266,3 @@ def load_params(path: Path | str = "params.yaml") -> Params:
     except yaml.YAMLError as err:
         raise ParamsError(f"{path} is not valid YAML: {err}") from None
     return parse_params(raw, str(path))
-

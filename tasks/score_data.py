@@ -24,19 +24,17 @@ from typing import Any
 from sonfolio.config import ScoreData, load_params
 from sonfolio.io import staged_dir, write_json, write_jsonl
 from sonfolio.logs import setup_logging
+from sonfolio.parallel import batched, pool_map, worker_count
 from sonfolio.score.canonical import symbols
 from sonfolio.score.dataset import (
     SPLITS,
     Entry,
     Parsed,
-    batched,
     parse_unit,
     plan,
-    pool_map,
     render_jobs,
     render_settings,
     synthetic,
-    worker_count,
 )
 from sonfolio.score.lilypond import find_lilypond
 from sonfolio.score.render import render_batch
@@ -121,8 +119,9 @@ def main() -> None:
     setup_logging()
     params = load_params()
     paths = params.paths
-    run(params.score_data, paths.download_cache, paths.score_data,
-        paths.metrics / "score_data.json")
+    run(
+        params.score_data, paths.download_cache, paths.score_data, paths.metrics / "score_data.json"
+    )
 
 
 if __name__ == "__main__":

@@ -46,7 +46,8 @@ def run(cfg: ScoreTokenizer, manifest: Path, out: Path, metrics: Path) -> dict[s
     if stats["over_max_length"]:
         log.warning(
             "%d systems are longer than score_tokenizer.model_max_length = %d tokens",
-            stats["over_max_length"], cfg.model_max_length,
+            stats["over_max_length"],
+            cfg.model_max_length,
         )
     with staged_dir(out) as tmp:
         save(tok, tmp)
@@ -59,8 +60,12 @@ def main() -> None:
     setup_logging()
     params = load_params()
     paths = params.paths
-    run(params.score_tokenizer, paths.score_data / "manifest.jsonl", paths.score_tokenizer,
-        paths.metrics / "score_tokenizer.json")
+    run(
+        params.score_tokenizer,
+        paths.score_data / "manifest.jsonl",
+        paths.score_tokenizer,
+        paths.metrics / "score_tokenizer.json",
+    )
 
 
 if __name__ == "__main__":

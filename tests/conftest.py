@@ -16,12 +16,11 @@ from sonfolio.config import Params, load_params
 
 ROOT = Path(__file__).resolve().parents[1]
 
-
-@pytest.fixture(scope="session", autouse=True)
-def _offline_env() -> None:
-    # No telemetry, no hub: tests must pass on a machine with no network.
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# No telemetry, no hub: tests pass on a machine with no network. Set when conftest is imported,
+# before huggingface_hub / datasets / transformers read them at their own import.
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 
 @pytest.fixture(scope="session")
@@ -36,8 +35,9 @@ def lilypond() -> Path:
     return find_lilypond()
 
 
-def tiny_score_params(raw: dict) -> dict:
-    """Shrink the real params.yaml's score sections to a few pieces (seconds, not minutes)."""
+def tiny_params(raw: dict) -> dict:
+    """Shrink the real params.yaml to a few pieces and clips (seconds, not minutes)."""
+    raw["speech_data"]["synthetic"]["utterances"] = 80
     data = raw["score_data"]
     data["sources"] = [
         {"name": "folk", "music21": "essenFolksong", "max_pieces": 10},
@@ -52,16 +52,22 @@ def tiny_score_params(raw: dict) -> dict:
 
 def copy_project(dest: Path) -> Path:
     """A git repo holding this project's files (tracked or not, less ignored ones), committed."""
-    files = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT, capture_output=True, check=True,
-    ).stdout.decode().split("\0")
+    files = (
+        subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=ROOT,
+            capture_output=True,
+            check=True,
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     for rel in filter(None, files):
         src = ROOT / rel
         if src.is_file():
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest / rel)
-    raw = tiny_score_params(yaml.safe_load((dest / "params.yaml").read_text()))
+    raw = tiny_params(yaml.safe_load((dest / "params.yaml").read_text()))
     (dest / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     git(dest, "init", "-q", "-b", "main")
     git(dest, "add", "-A")
@@ -70,8 +76,13 @@ def copy_project(dest: Path) -> Path:
 
 
 def git(repo: Path, *args: str) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
     res = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, env=env)
     assert res.returncode == 0, res.stderr
     return res.stdout
@@ -89,7 +100,10 @@ TARGET = "score_tokenizer"  # the score track's end so far; `dvc repro` of it ru
 
 def dvc(repo: Path, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
     res = subprocess.run(
-        [sys.executable, "-m", "dvc", *args], cwd=repo, capture_output=True, text=True,
+        [sys.executable, "-m", "dvc", *args],
+        cwd=repo,
+        capture_output=True,
+        text=True,
         env=tool_env(),
     )
     if ok:
@@ -109,5 +123,3 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "first repro")
     return repo
-
-

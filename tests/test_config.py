@@ -72,3 +72,14 @@ def test_check_params_command_validates_without_running(tmp_path):
     good = subprocess.run([*cmd, str(ROOT / "params.yaml")], capture_output=True, text=True)
     assert good.returncode == 0, good.stderr
     assert not (tmp_path / "data").exists()
+
+
+def test_clips_longer_than_the_model_window_fail_before_any_work():
+    raw = raw_params()
+    raw["speech_data"]["max_duration_s"] = 12
+    raw["speech_tokenizer"]["chunk_length_s"] = 8
+    with pytest.raises(ParamsError) as err:
+        parse_params(raw)
+    assert "speech_data.max_duration_s = 12" in str(err.value)
+    assert "chunk_length_s = 8" in str(err.value)
+    assert "{" not in str(err.value), "the message must not dump the whole params mapping"

@@ -51,12 +51,26 @@ def wait_for(check, timeout_s: float, what: str):
 @pytest.fixture
 def prefect_server(tmp_path):
     port = free_port()
-    env = {**tool_env(), "PREFECT_HOME": str(tmp_path / "prefect"),
-           "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    env = {
+        **tool_env(),
+        "PREFECT_HOME": str(tmp_path / "prefect"),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    }
     server = subprocess.Popen(
-        [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
-         "--port", str(port)],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "prefect",
+            "server",
+            "start",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     api = f"http://127.0.0.1:{port}/api"
 
@@ -74,13 +88,14 @@ def prefect_server(tmp_path):
         server.wait(30)
 
 
-def test_served_deployment_has_its_schedule_and_a_triggered_run_completes(
-    project, prefect_server
-):
+def test_served_deployment_has_its_schedule_and_a_triggered_run_completes(project, prefect_server):
     api, env = prefect_server
     serve = subprocess.Popen(
         [sys.executable, "-m", "flows.pipeline", "serve", "--cron", "0 3 * * *"],
-        cwd=project, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        cwd=project,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
         deployments = wait_for(

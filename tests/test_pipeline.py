@@ -13,6 +13,7 @@ from conftest import TARGET, dvc, git, ran
 
 pytestmark = pytest.mark.slow
 
+
 def set_param(repo: Path, section: str, key: str, value: object) -> None:
     path = repo / "params.yaml"
     raw = yaml.safe_load(path.read_text())
@@ -22,7 +23,8 @@ def set_param(repo: Path, section: str, key: str, value: object) -> None:
 
 def test_second_repro_runs_nothing(project):
     assert ran(dvc(project, "repro", TARGET)) == []
-    assert "Data and pipelines are up to date" in dvc(project, "status", "--with-deps", TARGET).stdout
+    status = dvc(project, "status", "--with-deps", TARGET).stdout
+    assert "Data and pipelines are up to date" in status
 
 
 def test_tokenizer_param_reruns_only_the_tokenizer(project):

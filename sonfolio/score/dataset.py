@@ -9,28 +9,20 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import multiprocessing
-import os
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Executor, ProcessPoolExecutor
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
-
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
 from sonfolio.config import ScoreData, ScoreSplit
 from sonfolio.score.convert import SourceError, System, pieces_from_file, systems_from_score
-from sonfolio.score.render import RenderJob, RenderSettings, render_batch
+from sonfolio.score.render import RenderJob, RenderSettings
 from sonfolio.score.sources import Unit, abc_tunes
 from sonfolio.score.synth import synth_systems
 
 log = logging.getLogger(__name__)
 
 SPLITS = ("train", "val", "test", "heldout")
-T = TypeVar("T")
-R = TypeVar("R")
 
 
 @dataclass
@@ -52,12 +44,6 @@ class Entry:
     piece: str
     collection: str
     split: str
-
-
-def worker_count(configured: int) -> int:
-    if configured:
-        return configured
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def parse_unit(unit: Unit, bars_per_system: int) -> Parsed:
@@ -101,36 +87,6 @@ def augment_seed(seed: int, image: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}/{image}".encode()).digest()[:4], "big")
 
 
-def progress() -> Progress:
-    return Progress(
-        "[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
-        TimeRemainingColumn(),
-    )
-
-
-def pool_map(
-    fn: Callable[[T], R], items: Sequence[T], workers: int, label: str
-) -> Iterable[R]:
-    """Map in a process pool (in order) with a progress bar; in-process when workers == 1."""
-    with progress() as bar:
-        task = bar.add_task(label, total=len(items))
-        if workers == 1:
-            for item in items:
-                yield fn(item)
-                bar.advance(task)
-            return
-        ctx = multiprocessing.get_context("fork")  # workers inherit the imported modules
-        pool: Executor
-        with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
-            for res in pool.map(fn, items, chunksize=1):
-                yield res
-                bar.advance(task)
-
-
-def batched(items: Sequence[T], n: int) -> list[Sequence[T]]:
-    return [items[i : i + n] for i in range(0, len(items), n)]
-
-
 def plan(systems: list[tuple[System, str]], cfg: ScoreData) -> list[Entry]:
     """Assign splits and image paths; stable order so ids never depend on worker timing."""
     entries: list[Entry] = []
@@ -146,7 +102,8 @@ def plan(systems: list[tuple[System, str]], cfg: ScoreData) -> list[Entry]:
 def render_jobs(entries: Sequence[Entry], cfg: ScoreData, out: Path) -> list[RenderJob]:
     return [
         RenderJob(
-            e.text, out / e.image,
+            e.text,
+            out / e.image,
             augment_seed(cfg.seed, e.image) if e.split == "train" else None,
         )
         for e in entries

@@ -104,7 +104,12 @@ def compile_systems(
     src.write_text(document(texts), encoding="utf-8")
     cmd = [str(exe), "-dwarning-as-error=#f", "-o", str(workdir / "batch")]
     if render:
-        cmd += ["-dbackend=cairo", "-dseparate-page-formats=png", "--png", f"-dresolution={resolution}"]
+        cmd += [
+            "-dbackend=cairo",
+            "-dseparate-page-formats=png",
+            "--png",
+            f"-dresolution={resolution}",
+        ]
     else:
         cmd += ["-dno-print-pages"]
     proc = subprocess.run(

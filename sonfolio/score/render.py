@@ -65,7 +65,9 @@ def render_batch(jobs: Sequence[RenderJob], settings: RenderSettings) -> list[st
     """
     with tempfile.TemporaryDirectory(prefix="sonfolio-render-") as tmp:
         result = compile_systems(
-            [j.text for j in jobs], Path(tmp), settings.lilypond,
+            [j.text for j in jobs],
+            Path(tmp),
+            settings.lilypond,
             resolution=settings.resolution_dpi,
         )
         if result.returncode != 0:

@@ -97,12 +97,13 @@ def list_units(source: ScoreSource, download_cache: Path, seed: int) -> list[Uni
     units = [u for f in _files_under(root) for u in _units_in_file(source.name, root, f)]
     if not units:
         raise SourceConfigError(
-            f"score_data.sources[{source.name}] ({root}) holds no {'/'.join(SCORE_EXTENSIONS)} "
-            "file"
+            f"score_data.sources[{source.name}] ({root}) holds no {'/'.join(SCORE_EXTENSIONS)} file"
         )
     if source.max_pieces is not None and source.max_pieces < len(units):
-        units = sorted(random.Random(f"{seed}/{source.name}").sample(units, source.max_pieces),
-                       key=lambda u: u.piece)
+        units = sorted(
+            random.Random(f"{seed}/{source.name}").sample(units, source.max_pieces),
+            key=lambda u: u.piece,
+        )
     return units
 
 

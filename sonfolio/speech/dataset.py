@@ -1,0 +1,85 @@
+"""The speech manifest and its bookkeeping, shared by both sources (synthetic and hub).
+
+One row per clip (JSONL): audio (path relative to the dataset folder), text (as written),
+text_norm (`normalize(text)`, what WER is computed on), duration (s), speaker (an espeak-ng
+voice such as `fr+m3`, or the corpus's speaker id), split (train, val or test).
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+SPLITS = ("train", "val", "test")
+
+
+@dataclass(frozen=True)
+class Utterance:
+    """One row of the manifest."""
+
+    audio: str
+    text: str
+    text_norm: str
+    duration: float
+    speaker: str
+    split: str
+
+
+@dataclass(frozen=True)
+class Skip:
+    """An input that gave no clip: which one (a file or an utterance id) and why."""
+
+    item: str
+    reason: str
+
+
+class TooManySkipped(RuntimeError):
+    """More inputs were unusable than speech_data.max_skip_fraction allows."""
+
+
+def audio_path(split: str, index: int) -> str:
+    return f"audio/{split}/{index:06d}.wav"
+
+
+def check_skips(skips: list[Skip], total: int, max_fraction: float) -> Counter[str]:
+    """Count skips by reason; fail, listing them, past `max_fraction` of `total` inputs.
+
+    Raises:
+        TooManySkipped: naming the key to raise and every skipped input (the first 50).
+    """
+    if total and len(skips) / total > max_fraction:
+        listing = "\n".join(f"  {s.item}: {s.reason}" for s in skips[:50])
+        more = f"\n  ... and {len(skips) - 50} more" if len(skips) > 50 else ""
+        raise TooManySkipped(
+            f"{len(skips)} of {total} clips could not be used ({len(skips) / total:.1%} > "
+            f"speech_data.max_skip_fraction = {max_fraction}). Fix or remove these inputs, "
+            f"raise speech_data.max_duration_s if they are too_long, or raise the fraction:\n"
+            f"{listing}{more}"
+        )
+    reasons = Counter(s.reason for s in skips)
+    if skips:
+        log.warning("skipped %d of %d clips: %s", len(skips), total, dict(reasons))
+    return reasons
+
+
+def summarize(rows: list[Utterance], skipped: Counter[str], source: str) -> dict[str, Any]:
+    durations = sorted(r.duration for r in rows) or [0.0]
+    return {
+        "source": source,
+        "utterances": {s: sum(r.split == s for r in rows) for s in SPLITS},
+        "hours": {
+            s: round(sum(r.duration for r in rows if r.split == s) / 3600, 4) for s in SPLITS
+        },
+        "speakers": {s: len({r.speaker for r in rows if r.split == s}) for s in SPLITS},
+        "duration_s": {
+            "min": round(durations[0], 3),
+            "median": round(statistics.median(durations), 3),
+            "max": round(durations[-1], 3),
+        },
+        "skipped": dict(skipped),
+    }

@@ -1,0 +1,70 @@
+"""What turns audio and text into model inputs and labels: a tokenizer + a feature extractor.
+
+Two ways, both saved into one folder that `AutoTokenizer.from_pretrained(folder)` and
+`AutoFeatureExtractor.from_pretrained(folder)` load (and `WhisperProcessor.from_pretrained`
+for a base model's, whose tokenizer is a Whisper one):
+- a base model (hub id or local folder): its processor taken as it is, so fine-tuning keeps
+  the vocabulary its weights were trained with;
+- from scratch: a byte-level BPE trained on the train transcripts (sonfolio.tokenizer) and a
+  WhisperFeatureExtractor built here, with a window (`chunk_length_s`) sized for short clips.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from transformers import AutoProcessor, WhisperFeatureExtractor
+
+from sonfolio.config import SpeechTokenizer
+from sonfolio.speech.audio import SAMPLE_RATE
+
+log = logging.getLogger(__name__)
+
+HOP_LENGTH = 160  # samples: 10 ms frames at 16 kHz, as Whisper
+N_FFT = 400  # samples: 25 ms windows, as Whisper
+
+
+class BaseModelUnavailable(RuntimeError):
+    """speech_tokenizer.base_model could not be loaded; the message says what to configure."""
+
+
+def build_feature_extractor(cfg: SpeechTokenizer) -> WhisperFeatureExtractor:
+    """Log-mel features as Whisper's, over a `chunk_length_s` window: (num_mel_bins, 100/s)."""
+    return WhisperFeatureExtractor(
+        feature_size=cfg.num_mel_bins,
+        sampling_rate=SAMPLE_RATE,
+        hop_length=HOP_LENGTH,
+        chunk_length=cfg.chunk_length_s,
+        n_fft=N_FFT,
+    )
+
+
+def load_base(name: str) -> Any:
+    """The base model's processor (tokenizer + feature extractor), as it is.
+
+    Raises:
+        BaseModelUnavailable: not found, not reachable, or not a speech model's processor.
+    """
+    try:
+        processor = AutoProcessor.from_pretrained(name)
+    except (OSError, ValueError) as err:  # not found, offline, no config to tell the class
+        raise BaseModelUnavailable(
+            f"speech_tokenizer.base_model = {name!r} could not be loaded: {err}\n"
+            "Set it to a local folder holding the model's tokenizer and "
+            "preprocessor_config.json (e.g. `hf download NAME --local-dir DIR`), or run where "
+            "the hub is reachable (unset HF_HUB_OFFLINE; check the network, HF_ENDPOINT or "
+            "HF_TOKEN); null trains a tokenizer here instead."
+        ) from err
+    if not (hasattr(processor, "tokenizer") and hasattr(processor, "feature_extractor")):
+        raise BaseModelUnavailable(
+            f"speech_tokenizer.base_model = {name!r} gave a {type(processor).__name__}, not a "
+            "processor with a tokenizer and a feature extractor: point it at a Whisper model"
+        )
+    fe = processor.feature_extractor
+    if getattr(fe, "sampling_rate", SAMPLE_RATE) != SAMPLE_RATE:
+        raise BaseModelUnavailable(
+            f"speech_tokenizer.base_model = {name!r} expects {fe.sampling_rate} Hz audio; the "
+            f"speech data is {SAMPLE_RATE} Hz"
+        )
+    return processor

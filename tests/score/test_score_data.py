@@ -1,0 +1,197 @@
+"""The score_data stage on a handful of real pieces, with real LilyPond."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from sonfolio.config import ScoreData, ScoreSource
+from sonfolio.io import read_jsonl
+from sonfolio.score.dataset import augment_seed, render_settings
+from sonfolio.score.lilypond import LilyPondNotFound, compile_systems
+from sonfolio.score.render import RenderJob, render_batch
+from sonfolio.score.sources import SourceConfigError, music21_corpus_root
+from tasks.score_data import TooManySkipped, run
+
+
+def tiny(cfg: ScoreData, **update) -> ScoreData:
+    sources = [
+        ScoreSource(name="folk", music21="essenFolksong", max_pieces=8),
+        ScoreSource(name="bach", music21="bach", max_pieces=2),
+        ScoreSource(name="irish", music21="oneills1850", max_pieces=2),
+    ]
+    split = cfg.split.model_copy(update={"val": 0.2, "test": 0.2})
+    base = {
+        "sources": sources,
+        "split": split,
+        "image_long_side": 320,
+        "systems_per_process": 25,
+        "workers": 2,
+    }
+    return cfg.model_copy(update={**base, **update})
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, params):
+    tmp = tmp_path_factory.mktemp("score")
+    cfg = tiny(params.score_data)
+    stats = run(cfg, tmp / "cache", tmp / "data", tmp / "stats.json")
+    return cfg, tmp / "data", read_jsonl(tmp / "data" / "manifest.jsonl"), stats
+
+
+def test_manifest_rows_point_at_images_and_match_the_stats(built):
+    _, out, rows, stats = built
+    assert rows, "no systems were kept"
+    assert all((out / r["image"]).is_file() for r in rows)
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*.png")) == sorted(
+        r["image"] for r in rows
+    )
+    assert sum(stats["systems"].values()) == len(rows)
+    assert stats["synthetic_systems"] == sum(r["collection"] == "synthetic" for r in rows) > 0
+    with Image.open(out / rows[0]["image"]) as img:
+        assert img.mode == "L" and max(img.size) == 320
+
+
+def test_splits_are_by_piece_and_heldout_is_whole_collections(built):
+    _, _, rows, _ = built
+    split_of_piece: dict[str, set[str]] = {}
+    for r in rows:
+        split_of_piece.setdefault(r["piece"], set()).add(r["split"])
+    assert all(len(s) == 1 for s in split_of_piece.values()), "a piece spans two splits"
+    assert {r["collection"] for r in rows if r["split"] == "heldout"} == {"irish"}
+    assert all(r["split"] == "heldout" for r in rows if r["collection"] == "irish")
+    assert {"train", "heldout"} <= {r["split"] for r in rows}
+
+
+def test_every_stored_text_passes_lilypond_bar_checks(built, lilypond, tmp_path):
+    _, _, rows, _ = built
+    result = compile_systems([r["text"] for r in rows], tmp_path, lilypond, render=False)
+    assert result.returncode == 0, result.log[-2000:]
+    bad = [(r["text"], w) for r, w in zip(rows, result.warnings, strict=True) if w]
+    assert bad == []
+
+
+def test_every_image_agrees_with_its_text(built, lilypond, tmp_path):
+    """Re-render a sample of texts (train ones re-augmented with their seed): same pixels."""
+    cfg, out, rows, _ = built
+    sample = random.Random(0).sample(rows, min(16, len(rows)))
+    jobs = [
+        RenderJob(
+            r["text"],
+            tmp_path / r["image"],
+            augment_seed(cfg.seed, r["image"]) if r["split"] == "train" else None,
+        )
+        for r in sample
+    ]
+    assert render_batch(jobs, render_settings(cfg, lilypond)) == [None] * len(jobs)
+    for r, job in zip(sample, jobs, strict=True):
+        stored = np.asarray(Image.open(out / r["image"]))
+        again = np.asarray(Image.open(job.dest))
+        assert stored.shape == again.shape and (stored == again).all(), r["image"]
+
+
+def test_only_the_train_split_is_augmented(built, lilypond, tmp_path):
+    cfg, out, rows, _ = built
+    train = next(r for r in rows if r["split"] == "train")
+    other = next(r for r in rows if r["split"] != "train")
+    jobs = [RenderJob(r["text"], tmp_path / r["image"], None) for r in (train, other)]
+    render_batch(jobs, render_settings(cfg, lilypond))
+    clean = [np.asarray(Image.open(j.dest)) for j in jobs]
+    stored = [np.asarray(Image.open(out / r["image"])) for r in (train, other)]
+    assert clean[0].shape != stored[0].shape or (clean[0] != stored[0]).any()
+    assert (clean[1] == stored[1]).all()
+
+
+def own_corpus(folder: Path, good: int, corrupt: int) -> Path:
+    """A user's folder: real MusicXML from music21's corpus, and files that are not music."""
+    folder.mkdir(parents=True)
+    chorales = sorted((music21_corpus_root() / "bach").glob("bwv1*.mxl"))[:good]
+    for path in chorales:
+        shutil.copy(path, folder / path.name)
+    for i in range(corrupt):
+        (folder / f"broken{i}.xml").write_text("<score-partwise><part id='P1'><measure")
+    return folder
+
+
+def test_corrupt_files_are_skipped_and_counted(params, tmp_path):
+    folder = own_corpus(tmp_path / "mine", good=3, corrupt=1)
+    cfg = tiny(
+        params.score_data,
+        sources=[ScoreSource(name="mine", folder=folder)],
+        synthetic_fraction=0.0,
+        max_skip_fraction=0.5,
+        split=params.score_data.split.model_copy(update={"heldout_collections": []}),
+    )
+    stats = run(cfg, tmp_path / "cache", tmp_path / "out", tmp_path / "stats.json")
+    assert stats["skipped_pieces"] == {"unparsable": 1}
+    assert json.loads((tmp_path / "stats.json").read_text())["skipped_pieces"] == {"unparsable": 1}
+    assert sum(stats["systems"].values()) > 0
+
+
+def test_too_many_corrupt_files_fail_listing_them_and_leave_no_output(params, tmp_path):
+    folder = own_corpus(tmp_path / "mine", good=2, corrupt=2)
+    cfg = tiny(
+        params.score_data,
+        sources=[ScoreSource(name="mine", folder=folder)],
+        max_skip_fraction=0.1,
+        split=params.score_data.split.model_copy(update={"heldout_collections": []}),
+    )
+    with pytest.raises(TooManySkipped, match="2 of 4 pieces") as err:
+        run(cfg, tmp_path / "cache", tmp_path / "out", tmp_path / "stats.json")
+    assert "broken0.xml" in str(err.value) and "broken1.xml" in str(err.value)
+    assert not (tmp_path / "out").exists() and not (tmp_path / "stats.json").exists()
+    assert not list(tmp_path.glob(".out.tmp-*"))
+
+
+def test_missing_lilypond_fails_before_any_work_with_how_to_install(params, tmp_path):
+    cfg = tiny(params.score_data, lilypond=str(tmp_path / "no-lilypond"))
+    with pytest.raises(LilyPondNotFound, match="pip install lilypond"):
+        run(cfg, tmp_path / "cache", tmp_path / "out", tmp_path / "stats.json")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.fixture
+def archive(tmp_path) -> tuple[Path, str]:
+    folder = own_corpus(tmp_path / "corpus", good=2, corrupt=0)
+    zipped = Path(shutil.make_archive(str(tmp_path / "corpus"), "zip", folder))
+    return zipped, hashlib.sha256(zipped.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("as_url", [False, True])
+def test_an_archive_source_is_fetched_verified_and_cached(params, tmp_path, archive, as_url):
+    zipped, sha = archive
+    where = zipped.as_uri() if as_url else str(zipped)
+    source = ScoreSource(name="theirs", archive=where, sha256=sha)
+    cfg = tiny(
+        params.score_data,
+        sources=[source],
+        synthetic_fraction=0.0,
+        split=params.score_data.split.model_copy(update={"heldout_collections": []}),
+    )
+    cache = tmp_path / "cache"
+    stats = run(cfg, cache, tmp_path / "out", tmp_path / "stats.json")
+    assert sum(stats["systems"].values()) > 0
+    assert (cache / f"{sha}.zip").is_file()
+    zipped.unlink()  # the second run needs no download: the verified copy is cached
+    run(cfg, cache, tmp_path / "out2", tmp_path / "stats2.json")
+
+
+def test_an_archive_with_the_wrong_checksum_is_refused(params, tmp_path, archive):
+    zipped, sha = archive
+    wrong = "0" * 64
+    source = ScoreSource(name="x", archive=str(zipped), sha256=wrong)
+    cfg = tiny(
+        params.score_data,
+        sources=[source],
+        split=params.score_data.split.model_copy(update={"heldout_collections": []}),
+    )
+    with pytest.raises(SourceConfigError, match=f"has sha256 {sha}, but params.yaml expects"):
+        run(cfg, tmp_path / "cache", tmp_path / "out", tmp_path / "stats.json")
+    assert not (tmp_path / "out").exists()
