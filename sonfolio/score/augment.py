@@ -1,7 +1,8 @@
 """Scan-like degradation of a rendered system: rotation, uneven ink, blur, noise.
 
-Seeded per image, so the same image id always gets the same degradation: a test can re-render
-a manifest text and compare it with the stored image pixel for pixel.
+Seeded per image (the caller makes one generator per image id), so the same image always gets
+the same degradation: a test can re-render a manifest text and compare it with the stored image
+pixel for pixel.
 """
 
 from __future__ import annotations
@@ -12,12 +13,16 @@ from PIL import Image, ImageFilter
 from sonfolio.config import Augment
 
 
-def degrade(img: Image.Image, cfg: Augment, seed: int) -> Image.Image:
-    """Return a degraded copy of a grayscale ("L") image; `img` is not changed."""
-    rng = np.random.default_rng(seed)
-    if cfg.rotation_deg > 0:
-        angle = float(rng.uniform(-cfg.rotation_deg, cfg.rotation_deg))
-        img = img.rotate(angle, resample=Image.Resampling.BILINEAR, expand=True, fillcolor=255)
+def rotate(img: Image.Image, cfg: Augment, rng: np.random.Generator) -> Image.Image:
+    """A small random rotation on white; done before resizing so the long side stays exact."""
+    if cfg.rotation_deg <= 0:
+        return img
+    angle = float(rng.uniform(-cfg.rotation_deg, cfg.rotation_deg))
+    return img.rotate(angle, resample=Image.Resampling.BILINEAR, expand=True, fillcolor=255)
+
+
+def degrade(img: Image.Image, cfg: Augment, rng: np.random.Generator) -> Image.Image:
+    """Uneven ink, blur and noise on a grayscale ("L") image; `img` is not changed."""
     pixels = np.asarray(img, dtype=np.float32) / 255.0  # (H, W), 1 = paper
     if cfg.ink > 0:
         # Patchy fading: ink darkness times a smooth random field (a coarse grid, upsampled).

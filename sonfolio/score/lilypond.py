@@ -19,17 +19,24 @@ log = logging.getLogger(__name__)
 
 LILYPOND_VERSION = "2.24.3"
 
-# The header of every document: the book preamble crops each page tightly around its system,
-# one-line breaking keeps a system on one line whatever its width, and bar numbers are removed
-# because the canonical text does not carry them (an image must show only what its text says).
+# The header of every document: the book preamble crops each page tightly around its system.
+# One-line breaking alone still broke dense systems onto a second page (line width is capped by
+# the paper width), so the paper is made very wide and line breaks are forbidden: one system,
+# one line, one page, at its natural width. Bar numbers are removed because the canonical text
+# does not carry them (an image must show only what its text says).
 PREAMBLE = rf"""\version "{LILYPOND_VERSION}"
 \include "lilypond-book-preamble.ly"
-\paper {{ indent = 0 page-breaking = #ly:one-line-breaking }}
-\layout {{ \context {{ \Score \remove Bar_number_engraver }} }}
+\paper {{ indent = 0 page-breaking = #ly:one-line-breaking paper-width = 500\cm }}
+\layout {{ \context {{ \Score \remove Bar_number_engraver
+  \override NonMusicalPaperColumn.line-break-permission = ##f }} }}
 """
 PREAMBLE_LINES = PREAMBLE.count("\n")
 
 _WARNING = re.compile(r"^.*?\.ly:(\d+):\d+: (warning|error): (.*)$", re.MULTILINE)
+
+
+class PageCountError(RuntimeError):
+    """LilyPond did not write exactly one page per system."""
 
 
 class LilyPondNotFound(RuntimeError):
@@ -123,7 +130,8 @@ def compile_systems(
     pngs: list[Path] = []
     if render and proc.returncode == 0:
         pngs = [workdir / f"batch-{i + 1}.png" for i in range(len(texts))]
-        missing = [p.name for p in pngs if not p.exists()]
-        if missing:
-            raise RuntimeError(f"LilyPond exited 0 but did not write {missing[:5]}")
+        written = len(list(workdir.glob("batch-*.png")))
+        if written != len(texts):
+            # A page too many or too few would pair every later image with the wrong text.
+            raise PageCountError(f"LilyPond wrote {written} pages for {len(texts)} systems")
     return Compiled(proc.returncode, pngs, warnings, proc.stderr)

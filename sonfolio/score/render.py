@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import logging
 import tempfile
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 from PIL import Image
 
 from sonfolio.config import Augment
-from sonfolio.score.augment import degrade
+from sonfolio.score.augment import degrade, rotate
 from sonfolio.score.lilypond import compile_systems
 
 log = logging.getLogger(__name__)
@@ -42,12 +42,14 @@ def finish_image(png: Path, settings: RenderSettings, augment_seed: int | None) 
     """LilyPond's PNG -> grayscale, long side resized to `settings.long_side`, maybe degraded."""
     with Image.open(png) as raw:
         img = raw.convert("L")
+    augment = augment_seed is not None and settings.augment.enabled
+    rng = np.random.default_rng(augment_seed) if augment else None
+    if rng is not None:
+        img = rotate(img, settings.augment, rng)
     scale = settings.long_side / max(img.size)
     size = (max(1, round(img.width * scale)), max(1, round(img.height * scale)))
     img = img.resize(size, Image.Resampling.LANCZOS)
-    if augment_seed is not None and settings.augment.enabled:
-        img = degrade(img, settings.augment, augment_seed)
-    return img
+    return degrade(img, settings.augment, rng) if rng is not None else img
 
 
 def _reason(warnings: list[str]) -> str:
@@ -84,7 +86,3 @@ def render_batch(jobs: Sequence[RenderJob], settings: RenderSettings) -> list[st
             finish_image(png, settings, job.augment_seed).save(job.dest, optimize=False)
             outcome.append(None)
         return outcome
-
-
-def count_reasons(outcomes: Sequence[str | None]) -> Counter[str]:
-    return Counter(r for r in outcomes if r is not None)

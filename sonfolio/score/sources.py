@@ -12,10 +12,12 @@ import logging
 import random
 import re
 import shutil
+import tarfile
 import tempfile
 import time
 import urllib.error
 import urllib.request
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -174,10 +176,15 @@ def unpack(archive: Path, cache: Path) -> Path:
         return dest
     tmp = Path(tempfile.mkdtemp(dir=cache, prefix=".unpack-"))
     try:
-        # filter="data" refuses absolute paths, links out of the folder and device files.
-        shutil.unpack_archive(archive, tmp, filter="data")
+        if zipfile.is_zipfile(archive):
+            with zipfile.ZipFile(archive) as zf:  # extract() drops absolute paths and `..`
+                zf.extractall(tmp)
+        else:
+            with tarfile.open(archive) as tf:
+                # filter="data" refuses absolute paths, links out of the folder, device files.
+                tf.extractall(tmp, filter="data")
         tmp.replace(dest)
-    except (shutil.ReadError, ValueError) as err:
+    except (tarfile.TarError, zipfile.BadZipFile, OSError) as err:
         raise SourceConfigError(f"cannot unpack {archive}: {err}") from err
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
