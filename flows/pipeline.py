@@ -8,6 +8,7 @@ no second list to keep in step. DVC holds one lock per repository, so stages run
     python -m flows.pipeline run                      # the whole DAG, once
     python -m flows.pipeline run score_tokenizer      # a stage and what it needs
     python -m flows.pipeline serve --cron "0 3 * * *" # a deployment on a schedule
+    python -m flows.pipeline serve --cron "0 3 * * *" score_tokenizer   # ... of some stages
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def pipeline_stages(repo: Path, targets: list[str] | None = None) -> list[str]:
 
     with Repo(str(repo)) as dvc_repo:
         graph = dvc_repo.index.graph  # edges point from a stage to the stages it depends on
-        stages = {s.addressing: s for s in graph.nodes if isinstance(s, PipelineStage)}
+        stages = {s.name: s for s in graph.nodes if isinstance(s, PipelineStage)}
         unknown = sorted(set(targets or []) - set(stages))
         if unknown:
             raise ValueError(f"unknown stage(s) {unknown}; dvc.yaml has {sorted(stages)}")
@@ -39,7 +40,7 @@ def pipeline_stages(repo: Path, targets: list[str] | None = None) -> list[str]:
             for name in targets:
                 wanted |= {stages[name], *nx.descendants(graph, stages[name])}
             order = [s for s in order if s in wanted]
-        return [s.addressing for s in order]
+        return [s.name for s in order]
 
 
 @task(name="dvc repro")
@@ -86,11 +87,13 @@ def main(argv: list[str] | None = None) -> None:
     serve_p = sub.add_parser("serve", help="serve a deployment that Prefect schedules and runs")
     serve_p.add_argument("--name", default="sonfolio")
     serve_p.add_argument("--cron", default=None, help='e.g. "0 3 * * *" (every day at 03:00)')
+    serve_p.add_argument("stages", nargs="*", help="stages each run reproduces (default: all)")
     args = parser.parse_args(argv)
     if args.command == "run":
         pipeline(repo=".", stages=args.stages or None, force=args.force)
     else:
-        pipeline.serve(name=args.name, cron=args.cron, parameters={"repo": str(Path.cwd())})
+        parameters = {"repo": str(Path.cwd()), "stages": args.stages or None}
+        pipeline.serve(name=args.name, cron=args.cron, parameters=parameters)
 
 
 if __name__ == "__main__":

@@ -50,6 +50,19 @@ def tiny_params(raw: dict) -> dict:
     return raw
 
 
+PROJECT_SOURCES = {
+    "sonfolio",
+    "tasks",
+    "flows",
+    ".dvc",
+    ".dvcignore",
+    ".gitignore",
+    "dvc.yaml",
+    "params.yaml",
+    "pyproject.toml",
+}
+
+
 def copy_project(dest: Path) -> Path:
     """A git repo holding this project's files (tracked or not, less ignored ones), committed."""
     files = (
@@ -63,6 +76,9 @@ def copy_project(dest: Path) -> Path:
         .split("\0")
     )
     for rel in filter(None, files):
+        # The code and the pipeline definition only: nothing this checkout has computed.
+        if rel.split("/")[0] not in PROJECT_SOURCES:
+            continue
         src = ROOT / rel
         if src.is_file():
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)

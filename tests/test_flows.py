@@ -91,7 +91,7 @@ def prefect_server(tmp_path):
 def test_served_deployment_has_its_schedule_and_a_triggered_run_completes(project, prefect_server):
     api, env = prefect_server
     serve = subprocess.Popen(
-        [sys.executable, "-m", "flows.pipeline", "serve", "--cron", "0 3 * * *"],
+        [sys.executable, "-m", "flows.pipeline", "serve", "--cron", "0 3 * * *", TARGET],
         cwd=project,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -105,7 +105,9 @@ def test_served_deployment_has_its_schedule_and_a_triggered_run_completes(projec
         assert dep["name"] == "sonfolio"
         crons = [s["schedule"]["cron"] for s in dep["schedules"]]
         assert crons == ["0 3 * * *"]
-        run = httpx.post(f"{api}/deployments/{dep['id']}/create_flow_run", json={}).json()
+        created = httpx.post(f"{api}/deployments/{dep['id']}/create_flow_run", json={})
+        assert created.status_code == 201, created.text
+        run = created.json()
 
         def finished():
             state = httpx.get(f"{api}/flow_runs/{run['id']}").json()["state"]

@@ -31,14 +31,14 @@ def test_tokenizer_param_reruns_only_the_tokenizer(project):
     set_param(project, "score_tokenizer", "vocab_size", 300)
     assert ran(dvc(project, "repro", TARGET)) == ["score_tokenizer"]
     git(project, "checkout", "params.yaml", "dvc.lock")
-    dvc(project, "checkout")
+    dvc(project, "checkout", "--with-deps", TARGET)
 
 
 def test_data_param_reruns_both(project):
     set_param(project, "score_data", "bars_per_system", 3)
     assert ran(dvc(project, "repro", TARGET)) == ["score_data", "score_tokenizer"]
     git(project, "checkout", "params.yaml", "dvc.lock")
-    dvc(project, "checkout")
+    dvc(project, "checkout", "--with-deps", TARGET)
 
 
 def test_exp_run_override_goes_through_validation(project):
@@ -51,11 +51,11 @@ def test_exp_run_override_goes_through_validation(project):
 def test_a_second_machine_pulls_what_the_first_computed(project, tmp_path):
     remote = tmp_path / "remote"
     dvc(project, "remote", "add", "-f", "-d", "shared", str(remote))
-    dvc(project, "push", "--run-cache")
+    dvc(project, "push", "--run-cache", "--with-deps", TARGET)
     clone = tmp_path / "clone"
     git(tmp_path, "clone", "-q", str(project), str(clone))
     dvc(clone, "remote", "add", "-f", "-d", "shared", str(remote))
-    dvc(clone, "pull", "--run-cache")
+    dvc(clone, "pull", "--run-cache", "--with-deps", TARGET)
     assert (clone / "data/score/manifest.jsonl").is_file()
     assert ran(dvc(clone, "repro", TARGET)) == []
     # With the outputs gone, the run cache restores them instead of rerunning the stages.

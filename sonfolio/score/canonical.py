@@ -1,0 +1,482 @@
+"""The canonical LilyPond grammar: one staff system per line, every token spelled one way.
+
+A canonical text is what the score model reads and writes, and the only LilyPond text the
+project ever compiles from a prediction: LilyPond input can run Scheme (`#(...)`, `$x`,
+`\\include`), so `validate` accepts nothing outside this grammar. docs/canonical-lilypond.md
+describes the format; in short::
+
+    \\clef treble \\key g \\major \\time 3/4 \\partial 4 d'4 | g'4. a'8 b'4 | <d' fis' a'>2 r4
+
+Units: every length here is a `Fraction` of a whole note (LilyPond's unit: `4` is 1/4).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from fractions import Fraction
+
+# Clef tokens exactly as they appear after `\clef` (octave clefs need LilyPond's quotes).
+CLEFS: tuple[str, ...] = (
+    "treble",
+    "bass",
+    "alto",
+    "tenor",
+    "soprano",
+    "mezzosoprano",
+    "baritone",
+    "varbaritone",
+    "subbass",
+    "french",
+    '"treble_8"',
+    '"treble^8"',
+    '"bass_8"',
+    '"bass^8"',
+)
+
+# Tonics by number of sharps (negative: flats), -7..7; index = sharps + 7.
+# fmt: off
+MAJOR_TONICS = ("ces", "ges", "des", "aes", "ees", "bes", "f",
+                "c", "g", "d", "a", "e", "b", "fis", "cis")
+MINOR_TONICS = ("aes", "ees", "bes", "f", "c", "g", "d",
+                "a", "e", "b", "fis", "cis", "gis", "dis", "ais")
+# fmt: on
+# All 15 major and 15 minor key signatures as (tonic, mode) pairs.
+KEYS: tuple[tuple[str, str], ...] = tuple((t, "major") for t in MAJOR_TONICS) + tuple(
+    (t, "minor") for t in MINOR_TONICS
+)
+
+# Time signatures the synthetic generator draws from. `validate` accepts any N/D with
+# 1 <= N <= 32 and D a power of two up to 64, because real music uses more than these.
+TIMES: tuple[str, ...] = (
+    "2/4", "3/4", "4/4", "2/2", "3/2", "4/2", "6/4", "5/4", "7/4",
+    "3/8", "5/8", "6/8", "7/8", "9/8", "12/8", "2/8", "3/16", "6/16",
+)  # fmt: skip
+
+DURATION_BASES = (1, 2, 4, 8, 16, 32, 64)
+MAX_DOTS = 2
+# Every duration token, e.g. "4", "8.", "16..".
+DURATIONS: tuple[str, ...] = tuple(
+    f"{b}{'.' * d}" for b in DURATION_BASES for d in range(MAX_DOTS + 1)
+)
+
+# The only backslash commands a canonical text may hold.
+COMMANDS = ("\\clef", "\\key", "\\major", "\\minor", "\\time", "\\partial", "\\tuplet")
+
+MAX_UP_OCTAVES = 5  # c''''' is far above any staff's ledger lines
+MAX_DOWN_OCTAVES = 4  # c,,,, likewise below
+MAX_TIME_NUMERATOR = 32
+MAX_TUPLET_NUMBER = 32
+
+_STEPS = "cdefgab"
+_ALTER = {"": 0, "is": 1, "isis": 2, "es": -1, "eses": -2}
+_PITCH = re.compile(r"([a-g])(isis|eses|is|es)?('{1,5}|,{1,4})?")
+_DUR = r"(1|2|4|8|16|32|64)(\.{0,2})"
+_NOTE = re.compile(rf"([a-g](?:isis|eses|is|es)?(?:'{{1,5}}|,{{1,4}})?){_DUR}(~?)")
+_REST = re.compile(rf"r{_DUR}")
+_CHORD_END = re.compile(rf"([a-g](?:isis|eses|is|es)?(?:'{{1,5}}|,{{1,4}})?)>{_DUR}(~?)")
+_FRACTION = re.compile(r"([1-9][0-9]?)/([1-9][0-9]?)")
+_PARTIAL = re.compile(r"(1|2|4|8|16|32|64)(\.{0,2})(?:\*([1-9][0-9]*)(?:/([1-9][0-9]*))?)?")
+# Characters a canonical text can contain at all; anything else (#, $, %, (, \n ...) is hostile
+# or foreign: `take` rejects a token holding one before looking at it any further.
+_ALLOWED_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789',.~<>|{}/\\\"_^* ")
+
+_CHANGE_ORDER = ("\\clef", "\\key", "\\time")
+# Commands joined with their arguments into one symbol by `symbols` (number of arguments).
+_SYMBOL_ARITY = {"\\clef": 1, "\\key": 2, "\\time": 1, "\\partial": 1, "\\tuplet": 1}
+
+
+class CanonicalError(ValueError):
+    """A text breaks the canonical grammar; names the first offending token and its position."""
+
+    def __init__(self, token: str, index: int, char: int, why: str) -> None:
+        super().__init__(f"token {index} {token!r} (char {char}): {why}")
+        self.token = token
+        self.index = index  # 0-based index among the space-separated tokens
+        self.char = char  # 0-based character offset of the token in the text
+        self.why = why
+
+
+@dataclass(frozen=True)
+class System:
+    """One staff system of canonical text.
+
+    `piece` is the source work (all systems of one work share it, so splits by piece keep a
+    work on one side); `index` numbers the systems within the piece, over its parts in order.
+    """
+
+    text: str
+    piece: str
+    index: int
+
+
+def duration_value(token: str) -> Fraction:
+    """The length of a duration token like "4." in whole notes."""
+    m = re.fullmatch(_DUR, token)
+    if m is None:
+        raise ValueError(f"not a canonical duration: {token!r}; expected one of {DURATIONS}")
+    return _dur_value(m.group(1), m.group(2))
+
+
+def _dur_value(base: str, dots: str) -> Fraction:
+    # Each dot adds half of the previous value: d dots = (2 - 2**-d) times the base.
+    return Fraction(1, int(base)) * (2 - Fraction(1, 2 ** len(dots)))
+
+
+def duration_token(length: Fraction) -> str | None:
+    """The duration token for a length in whole notes, or None when no single token has it."""
+    return _duration_table().get(length)
+
+
+@functools.cache
+def _duration_table() -> dict[Fraction, str]:
+    return {duration_value(tok): tok for tok in DURATIONS}
+
+
+def partial_token(length: Fraction) -> str:
+    """The canonical argument of `\\partial` for a pickup of `length` whole notes.
+
+    One duration token when there is one (`4.`), else `16*5` for power-of-two lengths, else
+    `4*1/3` (a pickup inside a tuplet): the base is 1/2**k of the reduced denominator.
+    """
+    if length <= 0:
+        raise ValueError(f"a pickup must be longer than 0, got {length}")
+    single = duration_token(length)
+    if single is not None:
+        return single
+    den = length.denominator
+    pow2 = den & -den  # the power-of-two part of the denominator
+    odd = den // pow2
+    if pow2 > DURATION_BASES[-1]:
+        raise ValueError(f"pickup {length} needs a unit shorter than 1/64")
+    if odd == 1:
+        return f"{pow2}*{length.numerator}"
+    return f"{pow2}*{length.numerator}/{odd}"
+
+
+def pitch_name(step: str, alter: int, octave: int) -> str:
+    """LilyPond absolute pitch, e.g. ("f", 1, 4) -> "fis'" (octave 4 holds middle C, c')."""
+    suffix = {0: "", 1: "is", 2: "isis", -1: "es", -2: "eses"}[alter]
+    marks = octave - 3
+    return step + suffix + ("'" * marks if marks > 0 else "," * -marks)
+
+
+def pitch_order(name: str) -> tuple[int, int]:
+    """Sort key of a pitch: staff position (diatonic step), then alteration.
+
+    Chord pitches must be strictly ascending by this key: it is the order of the note heads on
+    the staff, and it makes the spelling of a chord unique.
+    """
+    m = _PITCH.fullmatch(name)
+    if m is None:
+        raise ValueError(f"not a canonical pitch: {name!r}")
+    step, acc, marks = m.group(1), m.group(2) or "", m.group(3) or ""
+    octave = 3 + (len(marks) if marks.startswith("'") else -len(marks))
+    return octave * 7 + _STEPS.index(step), _ALTER[acc]
+
+
+def symbols(text: str) -> list[str]:
+    """Split a text (canonical or not: model output too) into symbols for symbol error rate.
+
+    Each space-separated token is a symbol, except that a command and its arguments form one
+    symbol: `\\clef treble`, `\\key d \\major`, `\\time 3/4`, `\\partial 4`, `\\tuplet 3/2 {`
+    (the brace joins when present). A chord is split at its spaces: `<c'`, `e'`, `g'>4~`.
+    """
+    toks = text.split()
+    out: list[str] = []
+    i = 0
+    while i < len(toks):
+        arity = _SYMBOL_ARITY.get(toks[i], 0)
+        if toks[i] == "\\tuplet" and i + 2 < len(toks) and toks[i + 2] == "{":
+            arity = 2
+        out.append(" ".join(toks[i : i + 1 + arity]))
+        i += 1 + arity
+    return out
+
+
+def is_canonical(text: str) -> bool:
+    """True when `text` passes `validate`."""
+    try:
+        validate(text)
+    except CanonicalError:
+        return False
+    return True
+
+
+def validate(text: str) -> None:
+    """Check that `text` is one canonical system; bar lengths must agree with the time signature.
+
+    Raises:
+        CanonicalError: naming the first offending token, its index and character offset.
+    """
+    if not text:
+        raise CanonicalError("", 0, 0, "empty text")
+    _Parser(text).run()
+
+
+class _Parser:
+    """A single pass over the tokens of one system, tracking bar lengths, ties and tuplets."""
+
+    def __init__(self, text: str) -> None:
+        self.toks = text.split(" ")
+        self.starts: list[int] = []
+        pos = 0
+        for tok in self.toks:
+            self.starts.append(pos)
+            pos += len(tok) + 1
+        self.i = 0
+        self.clef = ""
+        self.key: tuple[str, str] = ("", "")
+        self.measure = Fraction(0)
+        self.time = ""
+        self.partial: Fraction | None = None
+        self.bar = Fraction(0)  # length of the current bar so far
+        self.bar_events = 0
+        self.bars = 0  # completed bars
+        self.tie_from: set[tuple[int, int]] | None = None  # pitches of a pending tie
+        self.changes: list[str] = []  # change commands seen at the start of the current bar
+        self.clef_pending = False  # a mid-bar clef change still waits for its music
+
+    def fail(self, why: str, at: int | None = None) -> CanonicalError:
+        i = self.i if at is None else at
+        if i >= len(self.toks):
+            end = self.starts[-1] + len(self.toks[-1])
+            return CanonicalError("<end>", len(self.toks), end, why)
+        return CanonicalError(self.toks[i], i, self.starts[i], why)
+
+    def take(self, exact: str | None = None, what: str | None = None) -> str:
+        """Consume the next token; `exact` demands that token, `what` describes the need."""
+        what = what or (repr(exact) if exact else "more")
+        if self.i >= len(self.toks):
+            raise self.fail(f"text ends early; expected {what}")
+        tok = self.toks[self.i]
+        if tok == "":
+            raise self.fail("tokens must be separated by exactly one space")
+        if not _ALLOWED_CHARS.issuperset(tok):
+            bad = next(c for c in tok if c not in _ALLOWED_CHARS)
+            raise self.fail(f"character {bad!r} is not allowed")
+        if exact is not None and tok != exact:
+            raise self.fail(f"expected {what}")
+        self.i += 1
+        return tok
+
+    def run(self) -> None:
+        self.take("\\clef")
+        self.clef = self.clef_arg()
+        self.take("\\key")
+        self.key = self.key_args()
+        self.take("\\time")
+        self.measure = self.time_arg()
+        if self.i < len(self.toks) and self.toks[self.i] == "\\partial":
+            self.take()
+            self.partial = self.partial_arg()
+        self.body()
+
+    def clef_arg(self) -> str:
+        tok = self.take(what="a clef")
+        if tok not in CLEFS:
+            raise self.fail(f"unknown clef; allowed: {', '.join(CLEFS)}", self.i - 1)
+        return tok
+
+    def key_args(self) -> tuple[str, str]:
+        tonic = self.take(what="a key tonic")
+        mode_tok = self.take(what="\\major or \\minor")
+        if mode_tok not in ("\\major", "\\minor"):
+            raise self.fail("expected \\major or \\minor", self.i - 1)
+        key = (tonic, mode_tok[1:])
+        if key not in KEYS:
+            raise self.fail(
+                f"no key signature {tonic} {mode_tok} (7 accidentals at most)", self.i - 2
+            )
+        return key
+
+    def time_arg(self) -> Fraction:
+        tok = self.take(what="a time signature N/D")
+        m = _FRACTION.fullmatch(tok)
+        if (
+            m is None
+            or int(m.group(1)) > MAX_TIME_NUMERATOR
+            or int(m.group(2)) not in DURATION_BASES
+        ):
+            raise self.fail(
+                f"time signature must be N/D, N <= {MAX_TIME_NUMERATOR}, D in {DURATION_BASES}",
+                self.i - 1,
+            )
+        self.time = tok  # 4/4 and 2/2 last the same but are different signatures
+        return Fraction(int(m.group(1)), int(m.group(2)))
+
+    def partial_arg(self) -> Fraction:
+        tok = self.take(what="a pickup length")
+        m = _PARTIAL.fullmatch(tok)
+        if m is None:
+            raise self.fail("pickup must be a duration, D*N or D*N/M", self.i - 1)
+        length = _dur_value(m.group(1), m.group(2)) * int(m.group(3) or 1) / int(m.group(4) or 1)
+        try:
+            canonical = partial_token(length)
+        except ValueError as err:
+            raise self.fail(f"pickup cannot be written: {err}", self.i - 1) from err
+        if canonical != tok:
+            raise self.fail(f"pickup not canonical: write it as {canonical}", self.i - 1)
+        if length >= self.measure:
+            raise self.fail("a pickup must be shorter than the measure", self.i - 1)
+        return length
+
+    def body(self) -> None:
+        while self.i < len(self.toks):
+            tok = self.toks[self.i]
+            if tok == "|":
+                self.bar_check()
+            elif tok in ("\\clef", "\\key", "\\time"):
+                self.change(tok)
+            elif tok == "\\tuplet":
+                self.tuplet()
+            else:
+                self.bar += self.event()
+        self.end()
+
+    def bar_check(self) -> None:
+        if self.bar_events == 0:
+            raise self.fail("empty bar")
+        if self.clef_pending:
+            raise self.fail("a clef change belongs after the bar check, before the next bar")
+        expected = self.partial if (self.bars == 0 and self.partial is not None) else self.measure
+        if self.bar != expected:
+            raise self.fail(f"bar {self.bars + 1} lasts {self.bar}, the measure is {expected}")
+        self.take()
+        if self.i >= len(self.toks):
+            raise self.fail("no music after the last bar check (no trailing '|')", self.i - 1)
+        self.bars += 1
+        self.bar = Fraction(0)
+        self.bar_events = 0
+        self.changes = []
+
+    def change(self, cmd: str) -> None:
+        """A clef, key or time change: key and time only at a bar start, clef anywhere."""
+        at = self.i
+        at_bar_start = self.bar_events == 0
+        if at_bar_start and self.bars == 0:
+            raise self.fail(f"the header states the first bar's {cmd}; no {cmd} before its music")
+        if cmd != "\\clef" and not at_bar_start:
+            raise self.fail(f"{cmd} may change only at the start of a bar (after '|')")
+        if (
+            at_bar_start
+            and self.changes
+            and _CHANGE_ORDER.index(cmd) <= _CHANGE_ORDER.index(self.changes[-1])
+        ):
+            raise self.fail(
+                "changes at a bar start go in the order \\clef, \\key, \\time, once each"
+            )
+        if self.clef_pending:
+            raise self.fail("two clef changes with no music between them")
+        self.take()
+        if cmd == "\\clef":
+            new: object = self.clef_arg()
+            same, self.clef = new == self.clef, new
+            self.clef_pending = not at_bar_start
+        elif cmd == "\\key":
+            new = self.key_args()
+            same, self.key = new == self.key, new
+        else:
+            old = self.time
+            self.measure = self.time_arg()
+            same = self.time == old
+        if same:
+            raise self.fail(f"{cmd} restates what is already in force", at)
+        if at_bar_start:
+            self.changes.append(cmd)
+
+    def tuplet(self) -> None:
+        self.take()
+        tok = self.take(what="a tuplet ratio N/M")
+        m = _FRACTION.fullmatch(tok)
+        if (
+            m is None
+            or m.group(1) == m.group(2)
+            or max(int(m.group(1)), int(m.group(2))) > MAX_TUPLET_NUMBER
+        ):
+            raise self.fail(
+                f"tuplet ratio must be N/M, N != M, up to {MAX_TUPLET_NUMBER}", self.i - 1
+            )
+        self.take("{")
+        inner = Fraction(0)
+        count = 0
+        while self.i < len(self.toks) and self.toks[self.i] != "}":
+            if self.toks[self.i] in ("|", "{") or self.toks[self.i].startswith("\\"):
+                raise self.fail("a tuplet holds only notes, rests and chords (no nesting)")
+            inner += self.event()
+            count += 1
+        if count == 0:
+            raise self.fail("empty tuplet")
+        self.take("}")
+        self.bar += inner * int(m.group(2)) / int(m.group(1))
+
+    def event(self) -> Fraction:
+        """Read one note, rest or chord; return its written length."""
+        tok = self.take()
+        if (m := _NOTE.fullmatch(tok)) is not None:
+            pitches = {pitch_order(m.group(1))}
+            length, tie = _dur_value(m.group(2), m.group(3)), m.group(4)
+        elif (m := _REST.fullmatch(tok)) is not None:
+            pitches, length, tie = set(), _dur_value(m.group(1), m.group(2)), ""
+        elif tok.startswith("<"):
+            pitches, length, tie = self.chord(tok)
+        else:
+            raise self.fail(self.unknown(tok), self.i - 1)
+        self.resolve_tie(pitches)
+        if tie:
+            self.tie_from = pitches
+        self.bar_events += 1
+        self.clef_pending = False
+        self.changes = []
+        return length
+
+    def unknown(self, tok: str) -> str:
+        if tok in COMMANDS:
+            return f"{tok} is not allowed here"
+        if tok.startswith("\\"):
+            return f"command not allowed; only {' '.join(COMMANDS)}"
+        if tok in ("{", "}"):
+            return "braces only delimit a \\tuplet"
+        if ">" in tok:
+            return "'>' without an opening '<'"
+        return "not a note, rest, chord, bar check or command"
+
+    def chord(self, first: str) -> tuple[set[tuple[int, int]], Fraction, str]:
+        at = self.i - 1
+        if _CHORD_END.fullmatch(first[1:]) is not None:
+            raise self.fail("a chord needs at least two pitches; write one pitch as a note", at)
+        names = [first[1:]]
+        while True:
+            if self.i >= len(self.toks):
+                raise self.fail("unclosed chord: '<' without '>'", at)
+            tok = self.take()
+            if (m := _CHORD_END.fullmatch(tok)) is not None:
+                names.append(m.group(1))
+                break
+            names.append(tok)
+        for k, name in enumerate(names):
+            if _PITCH.fullmatch(name) is None:
+                raise self.fail(f"not a pitch inside a chord: {name!r}", at + k)
+        keys = [pitch_order(n) for n in names]
+        if any(a >= b for a, b in zip(keys, keys[1:], strict=False)):
+            raise self.fail("chord pitches must be distinct and ascending", at)
+        return set(keys), _dur_value(m.group(2), m.group(3)), m.group(4)
+
+    def resolve_tie(self, pitches: set[tuple[int, int]]) -> None:
+        if self.tie_from is not None and not (self.tie_from & pitches):
+            raise self.fail("tie to an event that shares no pitch with it", self.i - 1)
+        self.tie_from = None
+
+    def end(self) -> None:
+        if self.bar_events == 0:
+            raise self.fail("the last bar has no music")
+        if self.tie_from is not None:
+            raise self.fail("the last event is tied to nothing (LilyPond would not draw it)")
+        if self.clef_pending:
+            raise self.fail("a clef change with no music after it", len(self.toks) - 2)
+        if self.bars == 0 and self.partial is not None:
+            if self.bar != self.partial:
+                raise self.fail(f"pickup bar lasts {self.bar}, \\partial says {self.partial}")
+        elif self.bar > self.measure:
+            raise self.fail(f"last bar lasts {self.bar}, longer than the measure {self.measure}")

@@ -1,0 +1,357 @@
+"""Synthetic canonical systems: what real corpora rarely hold, drawn from a seeded generator.
+
+Folk tunes and chorales give few clefs, keys and rhythms; this fills the gaps: every clef in
+`CLEFS`, all 30 key signatures, many time signatures, dense rhythms (16ths, 32nds, dots, ties,
+tuplets), ledger lines, chords, rests, accidentals beyond the key, pickups, and clef, key and
+time changes inside a system. Every text passes `canonical.validate` (checked here).
+
+Systems come in pieces of `SYSTEMS_PER_PIECE` that share a clef, key and time and continue
+each other, so a split by piece keeps a piece's systems together. Piece k uses its own random
+stream (`f"{seed}/{k}"`), so `synth_systems(n, seed, b)` is a prefix of a larger `n`'s output.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass
+from fractions import Fraction
+
+from sonfolio.score.canonical import (
+    CLEFS,
+    KEYS,
+    MAJOR_TONICS,
+    MINOR_TONICS,
+    TIMES,
+    System,
+    duration_token,
+    partial_token,
+    pitch_name,
+    validate,
+)
+
+log = logging.getLogger(__name__)
+
+SYSTEMS_PER_PIECE = 8
+_STEPS = "cdefgab"
+# Diatonic index (octave * 7 + step, c' = 28) of each clef's bottom staff line.
+_BOTTOM_LINE = {
+    "treble": 30,
+    "french": 32,
+    '"treble_8"': 23,
+    '"treble^8"': 37,
+    "bass": 18,
+    "varbaritone": 20,
+    "subbass": 16,
+    '"bass_8"': 11,
+    '"bass^8"': 25,
+    "soprano": 28,
+    "mezzosoprano": 26,
+    "alto": 24,
+    "tenor": 22,
+    "baritone": 20,
+}
+_LEDGER_STEPS = 8  # up to four ledger lines below the bottom line or above the top line
+_SHARP_ORDER = "fcgdaeb"
+
+# Rhythm patterns for one beat of length L, as fractions of L (written = sounding). Weights
+# favour dense writing: the corpus already has plenty of quarters and eighths.
+_SIMPLE_PATTERNS: tuple[tuple[int, tuple[Fraction, ...]], ...] = (
+    (3, (Fraction(1),)),
+    (4, (Fraction(1, 2), Fraction(1, 2))),
+    (3, (Fraction(3, 4), Fraction(1, 4))),
+    (2, (Fraction(1, 4), Fraction(3, 4))),
+    (4, (Fraction(1, 4),) * 4),
+    (3, (Fraction(1, 2), Fraction(1, 4), Fraction(1, 4))),
+    (2, (Fraction(1, 4), Fraction(1, 4), Fraction(1, 2))),
+    (2, (Fraction(1, 8),) * 8),
+    (2, (Fraction(3, 8), Fraction(1, 8), Fraction(1, 4), Fraction(1, 4))),
+    (1, (Fraction(7, 8), Fraction(1, 8))),
+)
+_COMPOUND_PATTERNS: tuple[tuple[int, tuple[Fraction, ...]], ...] = (
+    (3, (Fraction(1),)),
+    (4, (Fraction(2, 3), Fraction(1, 3))),
+    (4, (Fraction(1, 3),) * 3),
+    (3, (Fraction(1, 6),) * 6),
+    (2, (Fraction(1, 2), Fraction(1, 6), Fraction(1, 3))),
+    (2, (Fraction(1, 3), Fraction(1, 6), Fraction(1, 6), Fraction(1, 3))),
+)
+# Tuplets: (weight, ratio N/M, written note values as fractions of the beat L).
+_SIMPLE_TUPLETS = (
+    (4, "3/2", (Fraction(1, 2),) * 3),
+    (2, "3/2", (Fraction(1), Fraction(1, 2))),
+    (1, "3/2", (Fraction(1, 4),) * 6),
+    (2, "5/4", (Fraction(1, 4),) * 5),
+    (1, "6/4", (Fraction(1, 4),) * 6),
+    (1, "7/4", (Fraction(1, 8),) * 7),
+)
+_COMPOUND_TUPLETS = (
+    (3, "2/3", (Fraction(1, 3),) * 2),
+    (1, "4/3", (Fraction(1, 3),) * 4),
+)
+
+
+@dataclass
+class _Note:
+    length: str  # duration token
+    pitches: list[str]  # spelled pitch names, ascending; [] for a rest
+    tie: bool = False
+
+
+@dataclass
+class _Piece:
+    """The state a piece's systems share and carry from one system to the next."""
+
+    rng: random.Random
+    clef: str
+    key: tuple[str, str]
+    time: str
+    height: int = 0  # diatonic index of the melody's current pitch
+    tie_next: list[str] | None = None  # pitches the next event must repeat (a tie)
+
+    def set_clef(self, clef: str) -> None:
+        self.clef = clef
+        self.height = _BOTTOM_LINE[clef] + 4  # the middle line
+
+
+def synth_systems(n: int, seed: int, bars_per_system: int) -> list[System]:
+    """`n` synthetic systems of `bars_per_system` bars, the same for the same seed.
+
+    Pieces are "synthetic/00000", "synthetic/00001", ... of `SYSTEMS_PER_PIECE` systems each;
+    each piece takes the next clef and key from shuffled cycles, so the first `len(KEYS)`
+    pieces (240 systems) hold every key, and every block of `len(CLEFS)` pieces every clef.
+    """
+    if n < 0 or bars_per_system < 1:
+        raise ValueError(f"need n >= 0 and bars_per_system >= 1, got {n}, {bars_per_system}")
+    systems: list[System] = []
+    k = 0
+    while len(systems) < n:
+        count = min(SYSTEMS_PER_PIECE, n - len(systems))
+        piece = f"synthetic/{k:05d}"
+        for i, text in enumerate(_piece_texts(k, seed, count, bars_per_system)):
+            validate(text)  # a generator bug must fail loudly here, never reach an image
+            systems.append(System(text, piece, i))
+        k += 1
+    log.info("made %d synthetic systems in %d pieces (seed %d)", len(systems), k, seed)
+    return systems
+
+
+def _cycled(items: tuple, seed: int, name: str, k: int):
+    """Item k of an endless run of shuffled copies of `items`: each copy covers them all."""
+    order = list(items)
+    random.Random(f"{seed}/{name}/{k // len(items)}").shuffle(order)
+    return order[k % len(items)]
+
+
+def _piece_texts(k: int, seed: int, count: int, bars: int) -> list[str]:
+    rng = random.Random(f"{seed}/{k}")
+    piece = _Piece(rng, "", _cycled(KEYS, seed, "key", k), rng.choice(TIMES))
+    piece.set_clef(_cycled(CLEFS, seed, "clef", k))
+    texts = []
+    for i in range(count):
+        pickup = i == 0 and rng.random() < 0.4
+        short_end = i == SYSTEMS_PER_PIECE - 1 and rng.random() < 0.4
+        texts.append(_system(piece, bars, pickup, short_end))
+    return texts
+
+
+def _system(piece: _Piece, bars: int, pickup: bool, short_end: bool) -> str:
+    tonic, mode = piece.key
+    head = [f"\\clef {piece.clef}", f"\\key {tonic} \\{mode}", f"\\time {piece.time}"]
+    items: list[_Note | str] = []
+    if pickup:
+        length = _pickup_length(piece)
+        head.append(f"\\partial {partial_token(length)}")
+        items += _bar(piece, length)
+    for b in range(bars):
+        if items:
+            items.append("|")
+            items += _bar_changes(piece)
+        measure = _time_value(piece.time)
+        length = _short_length(piece) if short_end and b == bars - 1 else measure
+        items += _bar(piece, length)
+    return " ".join(head + _render(items))
+
+
+def _time_value(time: str) -> Fraction:
+    num, den = time.split("/")
+    return Fraction(int(num), int(den))
+
+
+def _beat(time: str) -> tuple[Fraction, bool]:
+    """(beat length, compound). 6/8, 9/8, 12/8... beat in dotted values; 3/8, 5/8, 7/8 in
+    quarters (plus an eighth), so that eighth-based meters are not all 32nds and 64ths."""
+    num, den = (int(x) for x in time.split("/"))
+    if num % 3 == 0 and num >= 6 and den >= 4:
+        return Fraction(3, den), True
+    return max(Fraction(1, den), Fraction(1, 4) if den <= 8 else Fraction(1, 8)), False
+
+
+def _pickup_length(piece: _Piece) -> Fraction:
+    beat, _ = _beat(piece.time)
+    measure = _time_value(piece.time)
+    options = [c for c in (beat, beat / 2, beat / 3, 2 * beat) if c < measure and duration_token(c)]
+    return piece.rng.choice(options)
+
+
+def _short_length(piece: _Piece) -> Fraction:
+    """A final bar shorter than the measure (a piece that ends on a partial bar)."""
+    beat, _ = _beat(piece.time)
+    beats = int(_time_value(piece.time) / beat)
+    if beats < 2:
+        return _time_value(piece.time)
+    return beat * piece.rng.randint(1, beats - 1)
+
+
+def _bar_changes(piece: _Piece) -> list[str]:
+    """Occasional clef, key and time changes at a bar start, in the canonical order."""
+    rng, out = piece.rng, []
+    if rng.random() < 0.05:
+        piece.set_clef(rng.choice([c for c in CLEFS if c != piece.clef]))
+        out.append(f"\\clef {piece.clef}")
+    if rng.random() < 0.05:
+        piece.key = rng.choice([k for k in KEYS if k != piece.key])
+        out.append(f"\\key {piece.key[0]} \\{piece.key[1]}")
+    if rng.random() < 0.05:
+        piece.time = rng.choice([t for t in TIMES if t != piece.time])
+        out.append(f"\\time {piece.time}")
+    return out
+
+
+def _bar(piece: _Piece, length: Fraction) -> list[_Note | str]:
+    """Events filling `length`: beats, sometimes merged, sometimes with a clef change between."""
+    beat, compound = _beat(piece.time)
+    rng, items = piece.rng, []
+    # Density per bar: the shortest value as a share of the beat. Dense bars are the point,
+    # but a system of nothing else is slow to engrave and unreadable at image size.
+    finest = rng.choices((Fraction(1, 2), Fraction(1, 4), Fraction(1, 8)), weights=(3, 4, 3))[0]
+    left = length
+    while left > 0:
+        span = min(beat, left)
+        if left == length and rng.random() < 0.08 and duration_token(left):
+            span = left  # one long value for the whole bar
+        elif left >= 2 * beat and rng.random() < 0.2 and duration_token(2 * beat):
+            span = 2 * beat
+        if items and rng.random() < 0.015:
+            piece.set_clef(rng.choice([c for c in CLEFS if c != piece.clef]))
+            items.append(f"\\clef {piece.clef}")
+        items += _span(piece, span, compound and span == beat, beat * finest)
+        left -= span
+    return items
+
+
+def _span(piece: _Piece, span: Fraction, compound: bool, finest: Fraction) -> list[_Note | str]:
+    """One beat (or a merged span) as plain notes or one tuplet, no value below `finest`."""
+    rng = piece.rng
+    # 64ths stay rare: they are legal, but a bar full of them is unreadable at image size.
+    shortest = max(finest, Fraction(1, 64) if rng.random() < 0.1 else Fraction(1, 32))
+    tuplets = [
+        t for t in (_COMPOUND_TUPLETS if compound else _SIMPLE_TUPLETS) if _fits(span, t, shortest)
+    ]
+    if tuplets and rng.random() < 0.15:
+        _, ratio, values = _weighted(rng, tuplets)
+        notes = [_event(piece, duration_token(span * v)) for v in values]
+        return [f"\\tuplet {ratio} {{", *notes, "}"]
+    patterns = [
+        p
+        for p in (_COMPOUND_PATTERNS if compound else _SIMPLE_PATTERNS)
+        if _fits(span, p, shortest)
+    ]
+    if not patterns:  # a span no pattern divides (a lone 64th): one value
+        return [_event(piece, duration_token(span))]
+    return [_event(piece, duration_token(span * v)) for v in _weighted(rng, patterns)[1]]
+
+
+def _fits(span: Fraction, choice: tuple, shortest: Fraction) -> bool:
+    """Every written value exists, none is below `shortest`, and they fill the span exactly."""
+    values = choice[-1]
+    if any(duration_token(span * v) is None or span * v < shortest for v in values):
+        return False
+    scale = Fraction(1)
+    if len(choice) == 3:
+        num, den = (int(x) for x in choice[1].split("/"))
+        scale = Fraction(den, num)
+    return sum(values) * scale == 1
+
+
+def _weighted(rng: random.Random, choices: list) -> tuple:
+    return rng.choices(choices, weights=[c[0] for c in choices])[0]
+
+
+def _event(piece: _Piece, length: str | None) -> _Note:
+    assert length is not None  # guaranteed by _fits
+    rng = piece.rng
+    forced, piece.tie_next = piece.tie_next, None
+    roll = rng.random()
+    if roll < 0.12 and forced is None:
+        return _Note(length, [])
+    pitches = forced or _pitches(piece, chord=roll > 0.86)
+    tie = rng.random() < 0.1
+    if tie:
+        piece.tie_next = pitches
+    return _Note(length, pitches, tie)
+
+
+def _pitches(piece: _Piece, chord: bool) -> list[str]:
+    """The melody's next pitch (a walk that sometimes leaps onto ledger lines), or a chord on it."""
+    rng = piece.rng
+    bottom = _BOTTOM_LINE[piece.clef]
+    low, high = bottom - _LEDGER_STEPS, bottom + 8 + _LEDGER_STEPS
+    if rng.random() < 0.07:
+        piece.height = rng.choice([rng.randint(low, bottom - 2), rng.randint(bottom + 10, high)])
+    else:
+        toward_staff = 1 if piece.height < bottom else -1 if piece.height > bottom + 8 else 0
+        piece.height += rng.choice((-2, -1, -1, 0, 1, 1, 2, 3, -3)) + toward_staff
+    piece.height = max(low, min(high, piece.height))
+    heights = [piece.height]
+    if chord:
+        extra = rng.sample((2, 4, 5, 7), rng.randint(1, 3))
+        heights += [piece.height + e for e in sorted(extra) if piece.height + e <= high + 2]
+    return [_spell(piece, h) for h in heights]
+
+
+def _spell(piece: _Piece, height: int) -> str:
+    """Pitch name in the key: its signature, a raised leading tone in minor, some chromatics."""
+    rng = piece.rng
+    step = _STEPS[height % 7]
+    in_key = _key_alterations(piece.key).get(step, 0)
+    alter = in_key
+    tonic, mode = piece.key
+    if mode == "minor" and step == _STEPS[(_STEPS.index(tonic[0]) + 6) % 7] and rng.random() < 0.5:
+        alter += 1  # harmonic minor's leading tone
+    elif rng.random() < 0.08:
+        # A chromatic note spelled on its own step: mostly a natural against the signature or
+        # a sharp/flat on an unaltered step, sometimes a double accidental.
+        if in_key and rng.random() < 0.7:
+            alter = 0
+        else:
+            alter += in_key if in_key else rng.choice((-1, 1))
+    alter = max(-2, min(2, alter))
+    return pitch_name(step, alter, height // 7)
+
+
+def _key_alterations(key: tuple[str, str]) -> dict[str, int]:
+    tonics = MAJOR_TONICS if key[1] == "major" else MINOR_TONICS
+    sharps = tonics.index(key[0]) - 7
+    if sharps >= 0:
+        return dict.fromkeys(_SHARP_ORDER[:sharps], 1)
+    return dict.fromkeys(_SHARP_ORDER[::-1][:-sharps], -1)
+
+
+def _render(items: list[_Note | str]) -> list[str]:
+    """Tokens; a tie stays only where the next event repeats the pitches (not a rest or the end)."""
+    out = []
+    notes = [i for i, it in enumerate(items) if isinstance(it, _Note)]
+    following = dict(zip(notes, notes[1:], strict=False))
+    for i, it in enumerate(items):
+        if isinstance(it, str):
+            out.append(it)
+            continue
+        if not it.pitches:
+            out.append(f"r{it.length}")
+            continue
+        nxt = following.get(i)
+        tie = it.tie and nxt is not None and items[nxt].pitches == it.pitches
+        body = it.pitches[0] if len(it.pitches) == 1 else f"<{' '.join(it.pitches)}>"
+        out.append(f"{body}{it.length}{'~' if tie else ''}")
+    return out

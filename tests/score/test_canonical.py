@@ -1,0 +1,180 @@
+"""The canonical grammar: what it accepts compiles cleanly, what it rejects is named precisely."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+from sonfolio.score.canonical import (
+    CLEFS,
+    DURATIONS,
+    KEYS,
+    CanonicalError,
+    duration_token,
+    is_canonical,
+    partial_token,
+    symbols,
+    validate,
+)
+from sonfolio.score.lilypond import compile_systems, find_lilypond
+
+H = r"\clef treble \key c \major \time 4/4"
+
+GOOD = [
+    rf"{H} c'4 d'4 e'4 f'4 | g'1",
+    rf"{H} \partial 4 g4 | c'4~ c'8 r8 <c' e' g'>2 | \tuplet 3/2 {{ c'8 d'8 e'8 }} r4 r2",
+    rf"{H} c'2 \clef bass c4 c4 | \key d \minor \time 3/4 a,2.",
+    rf"{H} \partial 16*5 cis''16 bes'4 | cisis'1",
+    rf"{H} <c' e' g'>4~ <c' g'>4 r2 | c'1",
+    rf"{H} c'4 c'4 c'4",  # a short last bar: the end of a piece
+    r'\clef "treble_8" \key ces \major \time 6/8 <c e>4.~ <c g>4. | c8',
+    r"\clef bass \key ais \minor \time 2/4 \partial 4*1/3 \tuplet 3/2 { c8 } | c4 c4",
+    r"\clef alto \key c \major \time 3/8 \tuplet 2/3 { c'8 d'8 } | c'8.. d'64 e'8",
+    rf"{H} c'1 | \time 2/2 c'1",  # same length, a different signature
+]
+
+
+@pytest.mark.parametrize("text", GOOD)
+def test_accepts_canonical_texts(text: str) -> None:
+    validate(text)
+    assert is_canonical(text)
+
+
+def test_what_it_accepts_compiles_without_warnings(tmp_path: Path) -> None:
+    # Every clef and key signature too: the constants must be names LilyPond knows.
+    texts = GOOD + [rf"\clef {c} \key c \major \time 4/4 c'1" for c in CLEFS]
+    texts += [rf"\clef treble \key {t} \{m} \time 4/4 c'1" for t, m in KEYS]
+    for t in texts:
+        validate(t)
+    result = compile_systems(texts, tmp_path, find_lilypond(), render=False)
+    assert result.returncode == 0, result.log[-2000:]
+    assert result.warnings == [[] for _ in texts]
+
+
+# (text, offending token, its index, words the reason must contain)
+BAD = [
+    (rf'{H} #(system "rm -rf /")', "#(system", 7, "'#' is not allowed"),
+    (rf"{H} $(ly:gulp-file x)", "$(ly:gulp-file", 7, "'$' is not allowed"),
+    (rf'{H} \include "x.ly"', r"\include", 7, "command not allowed"),
+    (rf"{H} \relative c' {{ c4 }}", r"\relative", 7, "command not allowed"),
+    (rf"{H} \override Staff.X = 1", r"\override", 7, "command not allowed"),
+    (rf"{H} {{ c'1", "{", 7, "braces only delimit a \\tuplet"),
+    (rf"{H} c'1 }}", "}", 8, "braces only delimit"),
+    (rf"{H} <c' e'4 r2.", "<c'", 7, "unclosed chord"),
+    (rf"{H} c'2 e'>2", "e'>2", 8, "without an opening '<'"),
+    (rf"{H} <e' c'>1", "<e'", 7, "ascending"),
+    (rf"{H} <c'>1", "<c'>1", 7, "two pitches"),
+    (rf"{H} c'4 d'4 e'4 | f'1", "|", 10, "bar 1 lasts 3/4, the measure is 1"),
+    (rf"{H} c'1 | d'1 e'4", "<end>", 11, "longer than the measure"),
+    (rf"{H} \partial 4 c'2 | c'1", "|", 10, "bar 1 lasts 1/2, the measure is 1/4"),
+    (rf"{H} \partial 16*4 c'4 | c'1", "16*4", 8, "write it as 4"),
+    (rf"{H} \partial 1 c'1 | c'1", "1", 8, "shorter than the measure"),
+    (rf"{H} \partial 64.*3 c'1 | c'1", "64.*3", 8, "shorter than 1/64"),
+    (rf"{H} c'1 |", "|", 8, "no trailing"),
+    (rf"{H} c'1  | c'1", "", 8, "exactly one space"),
+    (rf"{H} c'4~ d'4 r2", "d'4", 8, "shares no pitch"),
+    (rf"{H} c'1~", "<end>", 8, "tied to nothing"),
+    (rf"{H} c'2 \time 2/4 c'2", r"\time", 8, "only at the start of a bar"),
+    (rf"{H} c'1 | \time 3/4 \key d \major c'2.", r"\key", 11, "in the order"),
+    (rf"{H} c'1 | \clef treble c'1", r"\clef", 9, "restates"),
+    (rf"{H} c'2 c'2 \clef bass | c1", "|", 11, "after the bar check"),
+    (rf"{H} \tuplet 3/2 {{ c'8 \tuplet 3/2 {{ c'8 }} }} r2.", r"\tuplet", 11, "no nesting"),
+    (rf"{H} \tuplet 3/3 {{ c'4 }} r2.", "3/3", 8, "N != M"),
+    (rf"{H} \tuplet 3/40 {{ c'4 }} r2.", "3/40", 8, "up to 32"),
+    (rf"{H} \tuplet 3/2 {{ c'8 d'8 e'8 | }} r2.", "|", 13, "only notes, rests and chords"),
+    (rf"{H} es'1", "es'1", 7, "not a note"),  # Dutch e-flat is written ees
+    (rf"{H} c'3", "c'3", 7, "not a note"),
+    (rf"{H} c'1 | \partial 4 c'4", r"\partial", 9, "not allowed here"),
+    (r"\clef treble \key des \minor \time 4/4 c'1", "des", 3, "no key signature"),
+    (r"\clef treble \key gis \major \time 4/4 c'1", "gis", 3, "7 accidentals at most"),
+    (r"\clef violin \key c \major \time 4/4 c'1", "violin", 1, "unknown clef"),
+    (r"\clef treble \key c \major \time 4/3 c'1", "4/3", 6, "time signature must be"),
+    (r"\clef treble \time 4/4 c'1", r"\time", 2, r"expected '\\key'"),
+]
+
+
+@pytest.mark.parametrize(("text", "token", "index", "why"), BAD)
+def test_rejects_and_names_the_offending_token(text: str, token: str, index: int, why: str) -> None:
+    with pytest.raises(CanonicalError) as info:
+        validate(text)
+    err = info.value
+    assert (err.token, err.index) == (token, index), str(err)
+    assert why in err.why
+    assert f"token {index} {token!r}" in str(err)
+    assert err.char == (len(text) if token == "<end>" else _char_of(text, index))
+    assert not is_canonical(text)
+
+
+def _char_of(text: str, index: int) -> int:
+    return sum(len(t) + 1 for t in text.split(" ")[:index])
+
+
+@pytest.mark.parametrize("text", ["", " ", "\n", H, f"{H} c'1\n| c'1", f"{H}\tc'1"])
+def test_rejects_empty_and_foreign_whitespace(text: str) -> None:
+    assert not is_canonical(text)
+
+
+def test_bar_check_agrees_with_lilypond(tmp_path: Path) -> None:
+    """Texts rejected for their bar arithmetic are exactly those LilyPond warns about."""
+    wrong = [
+        rf"{H} c'4 d'4 e'4 | f'1",
+        rf"{H} \partial 4 c'2 | c'1",
+        rf"{H} \tuplet 3/2 {{ c'4 c'4 }} r2 | c'1",
+        rf"{H} c'4~ d'4 r2 | c'1",
+    ]
+    right = [
+        rf"{H} \tuplet 3/2 {{ c'4 c'4 c'4 }} r2 | c'1",
+        rf"{H} \partial 8. c'16 c'8 | c'1",
+    ]
+    assert not any(is_canonical(t) for t in wrong)
+    assert all(is_canonical(t) for t in right)
+    result = compile_systems(wrong + right, tmp_path, find_lilypond(), render=False)
+    assert result.returncode == 0
+    assert [bool(w) for w in result.warnings] == [True] * len(wrong) + [False] * len(right)
+
+
+def test_symbols_join_commands_and_split_chords() -> None:
+    text = rf"{H} \partial 8 <c' e'>8~ | \tuplet 3/2 {{ <c' g'>8 d'8 e'8 }} r4 r2"
+    assert symbols(text) == [
+        r"\clef treble",
+        r"\key c \major",
+        r"\time 4/4",
+        r"\partial 8",
+        "<c'",
+        "e'>8~",
+        "|",
+        r"\tuplet 3/2 {",
+        "<c'",
+        "g'>8",
+        "d'8",
+        "e'8",
+        "}",
+        "r4",
+        "r2",
+    ]
+    # Model output need not be canonical: symbols still splits it, never raises.
+    assert symbols(r"c'4 \key d") == ["c'4", r"\key d"]
+    assert symbols("  c'4   d'4 ") == ["c'4", "d'4"]
+
+
+def test_constants_cover_the_grammar() -> None:
+    assert len(KEYS) == 30 and len(set(KEYS)) == 30
+    assert {m for _, m in KEYS} == {"major", "minor"}
+    assert "4." in DURATIONS and "64.." in DURATIONS and "128" not in DURATIONS
+
+
+@pytest.mark.parametrize(
+    ("length", "token"),
+    [
+        (Fraction(1, 4), "4"),
+        (Fraction(3, 8), "4."),
+        (Fraction(5, 16), "16*5"),
+        (Fraction(1, 12), "4*1/3"),
+        (Fraction(7, 32), "8.."),
+    ],
+)
+def test_partial_token(length: Fraction, token: str) -> None:
+    assert partial_token(length) == token
+    assert duration_token(length) == (token if "*" not in token else None)

@@ -1,0 +1,84 @@
+"""The synthetic generator: deterministic, covers the grammar, and LilyPond agrees with it."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from sonfolio.score.canonical import CLEFS, KEYS, TIMES, is_canonical, symbols
+from sonfolio.score.lilypond import compile_systems, find_lilypond
+from sonfolio.score.synth import SYSTEMS_PER_PIECE, synth_systems
+
+N = 300
+
+
+@pytest.fixture(scope="module")
+def systems():
+    return synth_systems(N, seed=7, bars_per_system=4)
+
+
+def test_same_seed_same_systems(systems) -> None:
+    assert synth_systems(N, seed=7, bars_per_system=4) == systems
+    # Piece k has its own random stream: asking for fewer systems gives a prefix.
+    assert synth_systems(50, seed=7, bars_per_system=4) == systems[:50]
+    other = synth_systems(50, seed=8, bars_per_system=4)
+    assert [s.text for s in other] != [s.text for s in systems[:50]]
+
+
+def test_pieces_group_systems(systems) -> None:
+    assert len(systems) == N
+    per_piece = Counter(s.piece for s in systems)
+    assert all(re.fullmatch(r"synthetic/\d{5}", p) for p in per_piece)
+    assert set(per_piece.values()) <= {SYSTEMS_PER_PIECE, N % SYSTEMS_PER_PIECE}
+    assert [s.index for s in systems] == [k % SYSTEMS_PER_PIECE for k in range(N)]
+
+
+def test_covers_clefs_keys_and_rhythms(systems) -> None:
+    text = " ".join(s.text for s in systems)
+    assert set(re.findall(r"\\clef (\S+)", text)) == set(CLEFS)
+    assert set(re.findall(r"\\key (\w+) \\(major|minor)", text)) == set(KEYS)
+    assert len(set(re.findall(r"\\time (\S+)", text))) >= len(TIMES) - 2
+    found = Counter(sym for s in systems for sym in symbols(s.text))
+    features = {
+        "32nd": r"^[a-g<].*32\.*~?$",
+        "dotted": r"\d\.~?$",
+        "tie": r"~$",
+        "rest": r"^r\d",
+        "chord": r"^<",
+        "triplet": r"^\\tuplet 3/2 \{$",
+        "other tuplet": r"^\\tuplet (5/4|6/4|7/4|2/3|4/3) \{$",
+        "pickup": r"^\\partial ",
+    }
+    for name, pattern in features.items():
+        assert sum(v for k, v in found.items() if re.search(pattern, k)) >= 10, name
+    # Ledger lines: pitches 3 or 4 octave marks from c' (high treble, low bass staves).
+    assert re.search(r"[a-g](?:is|es)*''''[\d >]", text)
+    assert re.search(r"[a-g](?:is|es)*,,,[\d >]", text)
+    # Accidentals beyond the key signature, double ones included.
+    assert "isis" in text and "eses" in text
+    # Changes inside systems: key and time at a bar start, clef also in the middle of a bar.
+    assert re.search(r"\| (\\clef \S+ )?\\key ", text)
+    assert re.search(r"\| (\\clef \S+ )?(\\key \S+ \\\w+ )?\\time ", text)
+    assert any(re.search(r"[\d.~}] \\clef ", s.text) for s in systems)
+
+
+def test_every_system_is_canonical(systems) -> None:
+    assert all(is_canonical(s.text) for s in systems)
+    assert len({s.text for s in systems}) == N
+
+
+@pytest.mark.slow
+def test_lilypond_compiles_them_without_warnings(systems, tmp_path: Path) -> None:
+    sample = systems[:: max(1, N // 120)]  # ~120 systems: every clef, key and time among them
+    result = compile_systems([s.text for s in sample], tmp_path, find_lilypond(), render=False)
+    assert result.returncode == 0, result.log[-2000:]
+    assert {s.text: w for s, w in zip(sample, result.warnings, strict=True) if w} == {}
+
+
+def test_rejects_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="bars_per_system"):
+        synth_systems(3, seed=0, bars_per_system=0)
+    assert synth_systems(0, seed=0, bars_per_system=4) == []
