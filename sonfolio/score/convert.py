@@ -92,7 +92,7 @@ class _Drop(Exception):
 # Parsing files
 
 
-def _abc_tunes(text: str) -> list[tuple[str, str]]:
+def abc_tunes(text: str) -> list[tuple[str, str]]:
     """Split an ABC file into (reference number, tune text); numbers made unique by a suffix.
 
     A repeated `X:` number gets `-2`, `-3`...; a missing one is replaced by the ordinal `n<k>`.
@@ -135,7 +135,7 @@ def pieces_from_file(
     if not path.is_file():
         raise SourceError(path, "missing", "no such file")
     if fmt == "abc":
-        blocks = _abc_tunes(path.read_text(encoding="utf-8", errors="replace"))
+        blocks = abc_tunes(path.read_text(encoding="utf-8", errors="replace"))
         if not blocks:
             raise SourceError(path, "empty", "no tune (no X: line)")
         if len(blocks) > 1:
@@ -153,12 +153,8 @@ def _abc_opus(
     # bad tune then costs only itself instead of the hundreds of tunes beside it.
     pieces: list[tuple[str, stream.Score]] = []
     for name, block in blocks:
-        where = f"{path}#{name}"
         try:
-            parsed = _parse(
-                where, lambda b=block: converter.parse(b, format="abc", forceSource=True)
-            )
-            pieces.append((name, _require_notes(where, _as_score(parsed))))
+            pieces.append((name, abc_tune_score(f"{path}#{name}", block)))
         except SourceError as err:
             log.warning("skipping tune %s", err)
             if skipped is not None:
@@ -166,6 +162,16 @@ def _abc_opus(
     if not pieces:
         raise SourceError(path, "empty", "no tune with notes could be parsed")
     return pieces
+
+
+def abc_tune_score(where: str, block: str) -> stream.Score:
+    """Parse one ABC tune (its text from `X:` on); `where` names it in errors.
+
+    Raises:
+        SourceError: reason "unparsable" or "empty".
+    """
+    parsed = _parse(where, lambda: converter.parse(block, format="abc", forceSource=True))
+    return _require_notes(where, _as_score(parsed))
 
 
 def _parse(where: Path | str, parse: Callable[[], stream.Stream]) -> stream.Stream:

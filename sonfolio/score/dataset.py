@@ -15,9 +15,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sonfolio.config import ScoreData, ScoreSplit
-from sonfolio.score.convert import SourceError, System, pieces_from_file, systems_from_score
+from sonfolio.score.convert import (
+    SourceError,
+    System,
+    abc_tune_score,
+    abc_tunes,
+    pieces_from_file,
+    systems_from_score,
+)
 from sonfolio.score.render import RenderJob, RenderSettings
-from sonfolio.score.sources import Unit, abc_tunes
+from sonfolio.score.sources import Unit
 from sonfolio.score.synth import synth_systems
 
 log = logging.getLogger(__name__)
@@ -48,19 +55,15 @@ class Entry:
 
 def parse_unit(unit: Unit, bars_per_system: int) -> Parsed:
     """Parse one piece and cut it into canonical systems; never raises for a bad file."""
-    from music21 import converter
-
     try:
         if unit.tune is None:
             scores = pieces_from_file(unit.path)
         else:
-            header, tunes = abc_tunes(unit.path.read_text(encoding="utf-8", errors="replace"))
-            scores = [("", converter.parseData(header + tunes[unit.tune], format="abc"))]
-    except SourceError as err:
+            _, block = abc_tunes(unit.path.read_text(encoding="utf-8", errors="replace"))[unit.tune]
+            scores = [("", abc_tune_score(unit.piece, block))]
+    except SourceError as err:  # counted by reason and capped by the stage
+        log.debug("cannot use %s: %s", unit.piece, err)
         return Parsed(unit, skip_reason=err.reason)
-    except Exception as err:  # music21 raises many types on corrupt input; counted and capped
-        log.debug("cannot parse %s: %r", unit.piece, err)
-        return Parsed(unit, skip_reason="unparsable")
     parsed = Parsed(unit)
     for suffix, score in scores:
         piece = f"{unit.piece}#{suffix}" if suffix else unit.piece

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sonfolio.config import SCORE_EXTENSIONS, ScoreSource
+from sonfolio.score.convert import abc_tunes
 
 log = logging.getLogger(__name__)
 
-_TUNE_START = re.compile(r"^X:", re.MULTILINE)
 _DOWNLOAD_TRIES = 4
 
 
@@ -41,21 +41,15 @@ class Unit:
     tune: int | None = None  # index of the tune in a multi-tune ABC file
 
 
-def abc_tunes(text: str) -> tuple[str, list[str]]:
-    """Split ABC text into (file header, [tune, ...]); each tune starts with its `X:` line."""
-    starts = [m.start() for m in _TUNE_START.finditer(text)]
-    if not starts:
-        return "", [text]
-    ends = [*starts[1:], len(text)]
-    return text[: starts[0]], [text[s:e] for s, e in zip(starts, ends, strict=True)]
-
-
 def _units_in_file(collection: str, root: Path, path: Path) -> list[Unit]:
     rel = path.relative_to(root).as_posix()
     if path.suffix.lower() == ".abc":
-        _, tunes = abc_tunes(path.read_text(encoding="utf-8", errors="replace"))
+        tunes = abc_tunes(path.read_text(encoding="utf-8", errors="replace"))
         if len(tunes) > 1:
-            return [Unit(collection, f"{collection}/{rel}#{i}", path, i) for i in range(len(tunes))]
+            return [
+                Unit(collection, f"{collection}/{rel}#{name}", path, i)
+                for i, (name, _) in enumerate(tunes)
+            ]
     return [Unit(collection, f"{collection}/{rel}", path)]
 
 

@@ -1,0 +1,163 @@
+"""The score model: a ViT encoder over the whole system image, a GPT-2 decoder writing LilyPond.
+
+Built from configs (no download) in three sizes, or loaded from a pretrained
+VisionEncoderDecoderModel (hub id or local folder). ViT takes non-square images through
+`image_size=(H, W)` and one grey channel; a GPT-2 decoder with cross-attention reads it (both
+have SDPA and flash-attention kernels; TrOCR's decoder has neither in transformers 4.57).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from transformers import (
+    GPT2Config,
+    PreTrainedTokenizerBase,
+    VisionEncoderDecoderConfig,
+    VisionEncoderDecoderModel,
+    ViTConfig,
+)
+
+from sonfolio.config import ScoreModel
+from sonfolio.train.device import Backend, DeviceCannotDo
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Size:
+    enc_dim: int
+    enc_layers: int
+    enc_heads: int
+    dec_dim: int
+    dec_layers: int
+    dec_heads: int
+    dropout: float
+    gpu_only: bool
+
+
+SIZES = {  # parameters: tiny ~2.5 M, small ~25 M, base ~110 M (with a 1000-token vocabulary)
+    "tiny": Size(128, 4, 4, 192, 3, 4, 0.0, gpu_only=False),
+    "small": Size(384, 6, 6, 384, 4, 6, 0.1, gpu_only=True),
+    "base": Size(768, 12, 12, 512, 6, 8, 0.1, gpu_only=True),
+}
+
+
+def check_size(stage: str, size: str, backend: Backend) -> None:
+    """Raises DeviceCannotDo for a GPU size on a CPU."""
+    if SIZES[size].gpu_only and not backend.is_gpu:
+        raise DeviceCannotDo(
+            f"{stage}.model.size = {size} is a GPU size: on this CPU one step would take "
+            f"minutes. Set {stage}.model.size: tiny (or `dvc exp run -S {stage}.model.size=tiny`),"
+            " or run on a GPU"
+        )
+
+
+def build(
+    cfg: ScoreModel, tokenizer: PreTrainedTokenizerBase, width: int
+) -> VisionEncoderDecoderModel:
+    """A model for (cfg.image_height, width) grey images and `tokenizer`'s vocabulary."""
+    if cfg.pretrained:
+        return load_pretrained(cfg.pretrained, tokenizer)
+    s = SIZES[cfg.size]
+    if cfg.image_height % cfg.patch[0] or width % cfg.patch[1]:
+        raise ValueError(
+            f"score_train.model.patch = {list(cfg.patch)} must divide the image "
+            f"({cfg.image_height} x {width} px): change patch or image_height"
+        )
+    encoder = ViTConfig(
+        image_size=(cfg.image_height, width),
+        patch_size=tuple(cfg.patch),
+        num_channels=1,
+        hidden_size=s.enc_dim,
+        num_hidden_layers=s.enc_layers,
+        num_attention_heads=s.enc_heads,
+        intermediate_size=4 * s.enc_dim,
+        hidden_dropout_prob=s.dropout,
+        attention_probs_dropout_prob=s.dropout,
+    )
+    decoder = GPT2Config(
+        vocab_size=len(tokenizer),
+        n_positions=tokenizer.model_max_length,
+        n_embd=s.dec_dim,
+        n_layer=s.dec_layers,
+        n_head=s.dec_heads,
+        resid_pdrop=s.dropout,
+        embd_pdrop=s.dropout,
+        attn_pdrop=s.dropout,
+        add_cross_attention=True,
+        is_decoder=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    config = VisionEncoderDecoderConfig.from_encoder_decoder_configs(encoder, decoder)
+    _special_tokens(config, tokenizer)
+    model = VisionEncoderDecoderModel(config=config)
+    model.generation_config.update(**_generation(tokenizer))
+    return unshifted_loss(model)
+
+
+def unshifted_loss(model: VisionEncoderDecoderModel) -> VisionEncoderDecoderModel:
+    """Work around transformers 4.57: VisionEncoderDecoderModel's loss falls back to
+    ForCausalLMLoss, which shifts the labels a second time (the decoder inputs are already the
+    labels shifted right), so the model would learn to predict the token after next. The
+    masked-LM loss is the plain token-wise cross-entropy that matches. Set on the instance:
+    a model loaded with from_pretrained needs it again before training."""
+    model.loss_type = "ForMaskedLM"
+    # The ViT pooler's output is never used by the decoder: its parameters get no gradient,
+    # which DDP rejects (and they would only cost memory).
+    if getattr(model.encoder, "pooler", None) is not None:
+        model.encoder.pooler = None
+    return model
+
+
+def _special_tokens(config: VisionEncoderDecoderConfig, tokenizer: PreTrainedTokenizerBase) -> None:
+    config.decoder_start_token_id = tokenizer.bos_token_id
+    config.pad_token_id = tokenizer.pad_token_id
+    config.eos_token_id = tokenizer.eos_token_id
+    config.vocab_size = len(tokenizer)
+
+
+def _generation(tokenizer: PreTrainedTokenizerBase) -> dict[str, int]:
+    return {
+        "decoder_start_token_id": tokenizer.bos_token_id,
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
+
+
+def load_pretrained(name: str, tokenizer: PreTrainedTokenizerBase) -> VisionEncoderDecoderModel:
+    """A VisionEncoderDecoderModel from the hub or a local folder, its decoder's vocabulary
+    resized to `tokenizer`.
+
+    Raises:
+        ValueError: it cannot be loaded (the message says what to configure).
+    """
+    try:
+        model = VisionEncoderDecoderModel.from_pretrained(name, attn_implementation="sdpa")
+    except (OSError, ValueError) as err:
+        raise ValueError(
+            f"score_train.model.pretrained = {name!r} could not be loaded: {err}\nSet it to a "
+            "local folder holding a VisionEncoderDecoderModel (`hf download NAME --local-dir "
+            "DIR`), or null to build one from score_train.model.size"
+        ) from err
+    if model.config.encoder.num_channels != 1:
+        raise ValueError(
+            f"score_train.model.pretrained = {name!r} takes {model.config.encoder.num_channels}"
+            "-channel images; the score images are grey (1 channel): use a 1-channel encoder"
+        )
+    if model.decoder.get_input_embeddings().num_embeddings != len(tokenizer):
+        log.info("resizing the decoder's vocabulary to the score tokenizer (%d)", len(tokenizer))
+        model.decoder.resize_token_embeddings(len(tokenizer))
+    _special_tokens(model.config, tokenizer)
+    model.generation_config.update(**_generation(tokenizer))
+    return unshifted_loss(model)
+
+
+def attention_kernels(model: VisionEncoderDecoderModel) -> str:
+    enc = model.config.encoder._attn_implementation
+    dec = model.config.decoder._attn_implementation
+    return f"encoder {enc}, decoder {dec} (sdpa picks flash kernels on GPU where it can)"
