@@ -83,6 +83,7 @@ def render_batch(jobs: Sequence[RenderJob], settings: RenderSettings) -> list[st
                 outcome.append(_reason(warnings))
                 continue
             job.dest.parent.mkdir(parents=True, exist_ok=True)
-            finish_image(png, settings, job.augment_seed).save(job.dest, optimize=False)
+            # Fastest zlib level: measured 1.6 vs 2.6 ms a system image, files 7 % larger.
+            finish_image(png, settings, job.augment_seed).save(job.dest, compress_level=1)
             outcome.append(None)
         return outcome
