@@ -24,7 +24,7 @@ from typing import Any
 from sonfolio.config import ScoreData, load_params
 from sonfolio.io import staged_dir, write_json, write_jsonl
 from sonfolio.logs import setup_logging
-from sonfolio.parallel import batched, pool_map, worker_count
+from sonfolio.parallel import pool_map, worker_count
 from sonfolio.score.canonical import symbols
 from sonfolio.score.dataset import (
     SPLITS,
@@ -64,11 +64,18 @@ def check_skips(parsed: list[Parsed], max_fraction: float) -> Counter[str]:
 def render_all(entries: list[Entry], cfg: ScoreData, lilypond: Path, out: Path) -> list[str | None]:
     workers = worker_count(cfg.workers)
     jobs = render_jobs(entries, cfg, out)
-    # Batches no larger than an even share per worker, so both cores stay busy to the end.
-    size = max(1, min(cfg.systems_per_process, -(-len(jobs) // (workers * 2))))
+    # Interleaved batches (job i goes to batch i mod n): each batch gets the same mix of light
+    # folk tunes and dense synthetic systems, so no worker is left with a slow tail; at least
+    # four batches per worker, at most systems_per_process systems per LilyPond process.
+    n = max(workers * 4, -(-len(jobs) // cfg.systems_per_process))
+    batches = [jobs[i::n] for i in range(min(n, len(jobs)))]
     render = partial(render_batch, settings=render_settings(cfg, lilypond))
-    outcomes = pool_map(render, batched(jobs, size), workers, "rendering systems")
-    return [o for batch in outcomes for o in batch]
+    outcomes = list(pool_map(render, batches, workers, "rendering systems"))
+    # Undo the interleaving: outcome k of batch i belongs to job i + k * n.
+    flat: list[str | None] = [None] * len(jobs)
+    for i, batch in enumerate(outcomes):
+        flat[i::n] = batch
+    return flat
 
 
 def summarize(entries: list[Entry], skipped: Counter[str], dropped: Counter[str]) -> dict[str, Any]:
