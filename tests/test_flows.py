@@ -9,7 +9,7 @@ import time
 
 import httpx
 import pytest
-from conftest import TARGET, tool_env
+from project_repo import TARGET, tool_env
 
 from flows.pipeline import pipeline, pipeline_stages
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import TARGET, dvc, git, ran
+from project_repo import TARGET, dvc, git, ran
 
 pytestmark = pytest.mark.slow
 
