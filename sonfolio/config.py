@@ -31,6 +31,10 @@ class Paths(Strict):
     score_tokenizer: Path
     speech_data: Path
     speech_tokenizer: Path
+    score_model: Path
+    speech_model: Path
+    checkpoints: Path
+    live: Path
     metrics: Path
     download_cache: Path
 
@@ -205,12 +209,110 @@ class SpeechTokenizer(Strict):
     chunk_length_s: Annotated[int, Field(ge=1, le=30)]  # the model's input window, seconds
 
 
+class NanGuardOptions(Strict):
+    """NaN / Inf recovery: skip the step and back the lr off; roll back after a streak."""
+
+    enabled: bool
+    lr_backoff: Annotated[float, Field(gt=0.0, le=1.0)]  # lr multiplier per bad step
+    max_bad_steps: Positive  # bad steps in a row before rolling back to the last checkpoint
+    max_rollbacks: Annotated[int, Field(ge=0)]  # then the stage fails
+
+
+class EngineOptions(Strict):
+    """How a training stage runs (not what it learns): train_engine, updated by a preset."""
+
+    precision: Literal["auto", "bf16", "fp16", "fp32"]
+    micro_batch: Literal["auto", "full"] | Positive  # auto: largest that fits; full: no accum.
+    gradient_checkpointing: bool
+    compile: bool
+    optimizer: Literal["adamw", "adamw_8bit"]
+    fp8: bool
+    loader_workers: Literal["auto"] | Annotated[int, Field(ge=0)]
+    grad_clip: Annotated[float, Field(ge=0.0)]  # max gradient norm; 0: no clipping
+    nan_guard: NanGuardOptions
+
+
+def _merge(base: dict, override: dict) -> dict:
+    out = dict(base)
+    for key, value in override.items():
+        nested = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = _merge(out[key], value) if nested else value
+    return out
+
+
+class TrainLoop(Strict):
+    """What both training stages share: the preset, the schedule, checkpoints, early stopping."""
+
+    preset: str  # a name in train_presets
+    effective_batch: Positive  # samples per optimizer step, over all processes
+    lr: Annotated[float, Field(gt=0.0, lt=1.0)]
+    weight_decay: Annotated[float, Field(ge=0.0)]
+    warmup_steps: Annotated[int, Field(ge=0)]
+    max_steps: Positive  # optimizer steps
+    eval_every: Positive  # steps between validation losses
+    checkpoint_every: Positive  # steps between resumable checkpoints
+    early_stopping_patience: Positive  # evaluations without a better val loss before stopping
+    log_every: Positive  # steps between log lines and DVCLive points
+    max_skip_fraction: Fraction01  # corrupt train samples allowed (of the train set)
+    decode_max_tokens: Positive  # greedy decoding length limit for the held-out error rate
+    seed: int
+
+
+class ScoreModel(Strict):
+    pretrained: Annotated[str, Field(min_length=1)] | None  # hub id or local folder; null: size
+    size: Literal["tiny", "small", "base"]  # presets in sonfolio/score/model.py
+    image_height: Annotated[int, Field(ge=16, le=1024)]  # px; systems are padded to it
+    patch: tuple[Positive, Positive]  # (height, width) of a ViT patch, px
+
+
+class ScoreTrain(TrainLoop):
+    model: ScoreModel
+
+
+class SpeechModel(Strict):
+    base_model: Annotated[str, Field(min_length=1)] | None  # a Whisper checkpoint; null: size
+    size: Literal["tiny", "small", "base"]  # presets in sonfolio/speech/model.py
+    language: str | None  # Whisper language token for a base model (e.g. fr); null: none
+
+
+class SpeechTrain(TrainLoop):
+    model: SpeechModel
+
+
 class Params(Strict):
     paths: Paths
     score_data: ScoreData
     score_tokenizer: ScoreTokenizer
     speech_data: SpeechData
     speech_tokenizer: SpeechTokenizer
+    train_engine: EngineOptions
+    train_presets: dict[str, dict]
+    score_train: ScoreTrain
+    speech_train: SpeechTrain
+
+    @model_validator(mode="after")
+    def _presets_valid(self) -> Params:
+        for name, override in self.train_presets.items():
+            try:
+                self.engine_options(name)
+            except ValidationError as err:
+                problems = "; ".join(
+                    f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors()
+                )
+                raise ValueError(f"train_presets.{name} = {override}: {problems}") from None
+        for stage in ("score_train", "speech_train"):
+            preset = getattr(self, stage).preset
+            if preset not in self.train_presets:
+                raise ValueError(
+                    f"{stage}.preset = {preset!r} is not a train_presets name; known: "
+                    f"{sorted(self.train_presets)}"
+                )
+        return self
+
+    def engine_options(self, preset: str) -> EngineOptions:
+        """train_engine with the preset's keys laid over it."""
+        base = self.train_engine.model_dump()
+        return EngineOptions.model_validate(_merge(base, self.train_presets[preset]))
 
     @model_validator(mode="after")
     def _clips_fit_the_window(self) -> Params:

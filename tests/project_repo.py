@@ -21,6 +21,10 @@ ROOT = Path(__file__).resolve().parents[1]
 def tiny_params(raw: dict) -> dict:
     """Shrink the real params.yaml to a few pieces and clips (seconds, not minutes)."""
     raw["speech_data"]["synthetic"]["utterances"] = 80
+    for stage in ("score_train", "speech_train"):
+        raw[stage].update(
+            max_steps=2, effective_batch=8, eval_every=2, warmup_steps=0, decode_max_tokens=4
+        )
     data = raw["score_data"]
     data["sources"] = [
         {"name": "folk", "music21": "essenFolksong", "max_pieces": 10},

@@ -1,0 +1,120 @@
+"""The speech model: WhisperForConditionalGeneration, from a base checkpoint or a config.
+
+From a config (the embedded default, no download): sized for a CPU, with an input window that
+matches the feature extractor's: `max_source_positions = chunk_length_s * 50` (100 mel frames
+per second, halved by the encoder's strided convolution; Whisper's 30 s = 3000 frames = 1500
+positions, so the default 8 s = 800 frames = 400 positions). The decoder starts from the
+tokenizer's <s> and stops at </s>.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from transformers import PreTrainedTokenizerBase, WhisperConfig, WhisperForConditionalGeneration
+
+from sonfolio.config import SpeechModel
+from sonfolio.train.device import Backend, DeviceCannotDo
+
+log = logging.getLogger(__name__)
+
+FRAMES_PER_S = 100  # mel frames per second (10 ms hop)
+
+
+@dataclass(frozen=True)
+class Size:
+    dim: int
+    enc_layers: int
+    dec_layers: int
+    heads: int
+    dropout: float
+    gpu_only: bool
+
+
+SIZES = {  # ~ whisper-tiny is (384, 4, 4, 6); base (512, 6, 6, 8)
+    "tiny": Size(128, 2, 2, 4, 0.0, gpu_only=False),
+    "small": Size(384, 4, 4, 6, 0.1, gpu_only=True),
+    "base": Size(512, 6, 6, 8, 0.1, gpu_only=True),
+}
+
+
+def check_size(stage: str, cfg: SpeechModel, backend: Backend) -> None:
+    """Raises DeviceCannotDo for a GPU size (or a base checkpoint) on a CPU."""
+    if not cfg.base_model and SIZES[cfg.size].gpu_only and not backend.is_gpu:
+        raise DeviceCannotDo(
+            f"{stage}.model.size = {cfg.size} is a GPU size: on this CPU one step would take "
+            f"minutes. Set {stage}.model.size: tiny (or `dvc exp run -S {stage}.model.size=tiny`),"
+            " or run on a GPU"
+        )
+
+
+def build(
+    cfg: SpeechModel, tokenizer: PreTrainedTokenizerBase, features: Any
+) -> WhisperForConditionalGeneration:
+    if cfg.base_model:
+        return load_base(cfg.base_model, tokenizer, features)
+    s = SIZES[cfg.size]
+    config = WhisperConfig(
+        vocab_size=len(tokenizer),
+        num_mel_bins=features.feature_size,
+        d_model=s.dim,
+        encoder_layers=s.enc_layers,
+        decoder_layers=s.dec_layers,
+        encoder_attention_heads=s.heads,
+        decoder_attention_heads=s.heads,
+        encoder_ffn_dim=4 * s.dim,
+        decoder_ffn_dim=4 * s.dim,
+        max_source_positions=features.chunk_length * FRAMES_PER_S // 2,
+        max_target_positions=tokenizer.model_max_length,
+        dropout=s.dropout,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.bos_token_id,
+        suppress_tokens=None,
+        begin_suppress_tokens=None,
+    )
+    model = WhisperForConditionalGeneration(config)
+    gen = model.generation_config
+    gen.decoder_start_token_id = tokenizer.bos_token_id
+    gen.bos_token_id, gen.eos_token_id = tokenizer.bos_token_id, tokenizer.eos_token_id
+    gen.pad_token_id = tokenizer.pad_token_id
+    gen.forced_decoder_ids = None
+    return model
+
+
+def load_base(
+    name: str, tokenizer: PreTrainedTokenizerBase, features: Any
+) -> WhisperForConditionalGeneration:
+    """A Whisper checkpoint (hub id or local folder) whose vocabulary and window match.
+
+    Raises:
+        ValueError: it cannot be loaded, or it does not match speech_tokenizer's output.
+    """
+    try:
+        model = WhisperForConditionalGeneration.from_pretrained(name, attn_implementation="sdpa")
+    except (OSError, ValueError) as err:
+        raise ValueError(
+            f"speech_train.model.base_model = {name!r} could not be loaded: {err}\nSet it to a "
+            "local folder holding a Whisper model (`hf download NAME --local-dir DIR`), or null"
+            " to build one from speech_train.model.size"
+        ) from err
+    window = model.config.max_source_positions * 2 // FRAMES_PER_S
+    if window != features.chunk_length or model.config.num_mel_bins != features.feature_size:
+        raise ValueError(
+            f"speech_train.model.base_model = {name!r} takes {model.config.num_mel_bins} mel "
+            f"bins over {window} s; the speech processor gives {features.feature_size} over "
+            f"{features.chunk_length} s: set speech_tokenizer.base_model to the same model"
+        )
+    if model.get_input_embeddings().num_embeddings < len(tokenizer):
+        raise ValueError(
+            f"speech_train.model.base_model = {name!r} has a smaller vocabulary than the speech "
+            "tokenizer: set speech_tokenizer.base_model to the same model"
+        )
+    return model
+
+
+def attention_kernels(model: WhisperForConditionalGeneration) -> str:
+    return f"{model.config._attn_implementation} (sdpa picks flash kernels on GPU where it can)"

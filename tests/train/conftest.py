@@ -1,0 +1,48 @@
+"""Training fixtures: a tiny score dataset (PIL-drawn systems, a BPE trained here) and a tiny
+speech dataset (the real speech_data and speech_tokenizer stages on a few espeak-ng clips)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tiny import make_score_data
+
+from sonfolio.config import Params
+
+
+@pytest.fixture(autouse=True)
+def _quiet_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def score_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("score_tiny")
+    return make_score_data(folder, {"train": 48, "val": 8, "test": 4, "heldout": 4})
+
+
+@pytest.fixture(scope="session")
+def speech_data(params: Params, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """data/ (manifest + wavs) and processor/ from the real stages, 40 clips."""
+    from tasks.speech_data import run as speech_data_run
+    from tasks.speech_tokenizer import run as speech_tokenizer_run
+
+    root = tmp_path_factory.mktemp("speech_tiny")
+    cfg = params.speech_data
+    syn = cfg.synthetic.model_copy(
+        update={"utterances": 40, "val_fraction": 0.1, "test_fraction": 0.1}
+    )
+    speech_data_run(
+        cfg.model_copy(update={"synthetic": syn, "workers": 1}),
+        root / "data",
+        root / "speech_data.json",
+    )
+    tok_cfg = params.speech_tokenizer.model_copy(update={"vocab_size": 300})
+    speech_tokenizer_run(
+        tok_cfg,
+        root / "data" / "manifest.jsonl",
+        root / "processor",
+        root / "speech_tokenizer.json",
+    )
+    return root

@@ -1,0 +1,148 @@
+"""Both tracks train through the real stage code: 2 steps with pinned losses, outputs that
+later stages load, corrupt samples skipped, counted and capped, and NaN recovery."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+from tiny import WIDTH, run_tiny, tiny_config
+from transformers import (
+    AutoFeatureExtractor,
+    AutoTokenizer,
+    VisionEncoderDecoderModel,
+    WhisperForConditionalGeneration,
+)
+
+from sonfolio.train.engine import TooManyBadSamples
+from sonfolio.train.stability import TrainingDiverged
+
+SCORE_LOSSES = [5.5986, 4.7936]  # pinned: a change here is a change in what training computes
+SPEECH_LOSSES = [5.7156, 5.4256]
+
+
+def losses(metrics_history: list[dict]) -> list[float]:
+    return [round(r["train/loss"], 4) for r in metrics_history if "train/loss" in r]
+
+
+def test_score_two_steps_pinned(score_data, tmp_path):
+    metrics = run_tiny(score_data, tmp_path)
+    assert metrics["steps"] == 2
+    assert metrics["step_time"]["data_wait_pct"] >= 0
+    history = (tmp_path / "live" / "plots" / "metrics" / "train" / "loss.tsv").read_text()
+    got = [round(float(line.split("\t")[1]), 4) for line in history.splitlines()[1:]]
+    assert got == pytest.approx(SCORE_LOSSES, rel=1e-3)
+    model = VisionEncoderDecoderModel.from_pretrained(tmp_path / "model")
+    assert model.config.encoder.image_size == [32, WIDTH]
+    AutoTokenizer.from_pretrained(tmp_path / "model")
+    assert "heldout_ter" in metrics and "test_ter" in metrics
+    assert not (tmp_path / "checkpoints" / "score_train").exists() or not any(
+        (tmp_path / "checkpoints" / "score_train").iterdir()
+    )
+
+
+def test_speech_two_steps_pinned(speech_data, params, tmp_path):
+    from tasks.speech_train import run
+
+    cfg = params.speech_train.model_copy(
+        update={
+            "effective_batch": 8,
+            "max_steps": 2,
+            "warmup_steps": 0,
+            "eval_every": 2,
+            "log_every": 1,
+            "decode_max_tokens": 4,
+        }
+    )
+    metrics = run(
+        cfg,
+        params.engine_options("default"),
+        speech_data / "data",
+        speech_data / "processor",
+        tmp_path / "model",
+        tmp_path / "m.json",
+        tmp_path / "ckpt",
+        tmp_path / "live",
+    )
+    history = (tmp_path / "live" / "plots" / "metrics" / "train" / "loss.tsv").read_text()
+    got = [round(float(line.split("\t")[1]), 4) for line in history.splitlines()[1:]]
+    assert got == pytest.approx(SPEECH_LOSSES, rel=1e-3)
+    model = WhisperForConditionalGeneration.from_pretrained(tmp_path / "model")
+    assert model.config.max_source_positions == 400  # 8 s window: 800 frames / 2
+    AutoFeatureExtractor.from_pretrained(tmp_path / "model")
+    assert metrics["test_cer"] >= 0.0
+
+
+@pytest.fixture
+def corrupt_data(score_data, tmp_path):
+    data = tmp_path / "data"
+    shutil.copytree(score_data, data)
+    (data / "images" / "train" / "005.png").write_bytes(b"\x89PNG\r\n\x1a\n truncated")
+    return data
+
+
+def test_a_corrupt_image_is_skipped_and_counted(corrupt_data, tmp_path):
+    metrics = run_tiny(corrupt_data, tmp_path / "run", max_steps=6, max_skip_fraction=0.05)
+    assert metrics["corrupt_samples_skipped"] == 1
+
+
+def test_corrupt_images_past_the_cap_fail(corrupt_data, tmp_path):
+    with pytest.raises(TooManyBadSamples, match="max_skip_fraction"):
+        run_tiny(corrupt_data, tmp_path / "run", max_steps=6, max_skip_fraction=0.0)
+
+
+def nan_after(monkeypatch, first: int, count: int) -> None:
+    """Training forward calls first..first+count-1 (1-based) return a NaN loss."""
+    original = VisionEncoderDecoderModel.forward
+    calls = {"n": 0}
+
+    def forward(self, *args, **kwargs):
+        out = original(self, *args, **kwargs)
+        if self.training:
+            calls["n"] += 1
+            if first <= calls["n"] < first + count:
+                out.loss = out.loss * torch.tensor(float("nan"))
+        return out
+
+    monkeypatch.setattr(VisionEncoderDecoderModel, "forward", forward)
+
+
+def test_injected_nans_are_skipped_then_rolled_back(score_data, tmp_path, monkeypatch):
+    nan_after(monkeypatch, first=5, count=3)
+    metrics = run_tiny(score_data, tmp_path, max_steps=8, checkpoint_every=2, eval_every=4)
+    assert metrics["nan_skipped_steps"] == 3
+    assert metrics["nan_rollbacks"] == 1
+    assert metrics["lr_scale"] == pytest.approx(0.5**3)
+    assert metrics["steps"] == 8
+    assert torch.isfinite(torch.tensor(metrics["train_loss_last"]))
+    model = VisionEncoderDecoderModel.from_pretrained(tmp_path / "model")
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_nans_that_keep_coming_fail_with_advice(score_data, tmp_path, monkeypatch):
+    nan_after(monkeypatch, first=3, count=100)
+    cfg, opts = tiny_config()
+    guard = opts.nan_guard.model_copy(update={"max_rollbacks": 1})
+    with pytest.raises(TrainingDiverged, match="lower"):
+        run_tiny(
+            score_data, tmp_path, max_steps=12, checkpoint_every=1, engine={"nan_guard": guard}
+        )
+
+
+@pytest.mark.parametrize(
+    ("loop", "fix"),
+    [
+        ({"engine": {"precision": "fp16"}}, "precision: auto"),
+        ({"model": {"size": "base"}}, "size: tiny"),
+    ],
+)
+def test_what_the_cpu_cannot_do_fails_before_training(score_data, tmp_path, loop, fix):
+    from sonfolio.train.device import DeviceCannotDo
+
+    if "model" in loop:
+        cfg, _ = tiny_config()
+        loop = {"model": cfg.model.model_copy(update=loop["model"])}
+    with pytest.raises(DeviceCannotDo, match=fix):
+        run_tiny(score_data, tmp_path, **loop)
+    assert not (tmp_path / "checkpoints").exists()  # nothing was started

@@ -1,0 +1,112 @@
+"""A tiny score dataset and run, shared by the engine tests and run in subprocesses
+(`python tests/train/tiny.py ...`, also under torchrun) for the crash-resume and
+data-parallel tests.
+
+The images are real PNG files: each system's LilyPond text drawn with PIL (what the model reads
+is the text's own glyphs, so a tiny model can learn it); the tokenizer is the project's BPE
+trained in-process. Seconds, not minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+from pathlib import Path
+from typing import Any
+
+from PIL import Image, ImageDraw
+
+from sonfolio.config import EngineOptions, ScoreTrain, load_params
+from sonfolio.io import write_jsonl
+from sonfolio.tokenizer import train_bpe
+
+ROOT = Path(__file__).resolve().parents[2]
+WIDTH, HEIGHT = 128, 32  # px: the tiny systems
+NOTES = ["c'4", "d'4", "e'8", "f'8", "g'2", "a'4", "b'4", "c''4", "|"]
+
+
+def make_score_data(folder: Path, per_split: dict[str, int], seed: int = 0) -> Path:
+    """images/<split>/NNN.png + manifest.jsonl + tokenizer/ under `folder`."""
+    rng = random.Random(seed)
+    rows: list[dict[str, Any]] = []
+    for split, n in per_split.items():
+        (folder / "images" / split).mkdir(parents=True, exist_ok=True)
+        for i in range(n):
+            text = " ".join(rng.choice(NOTES) for _ in range(rng.randint(2, 4)))
+            img = Image.new("L", (WIDTH, rng.randint(20, 40)), 255)
+            ImageDraw.Draw(img).text((2, 4), text, fill=0)
+            rel = f"images/{split}/{i:03d}.png"
+            img.save(folder / rel)
+            rows.append(
+                {"image": rel, "text": text, "piece": f"p{i}", "collection": "t", "split": split}
+            )
+    write_jsonl(folder / "manifest.jsonl", rows)
+    tok = train_bpe([r["text"] for r in rows if r["split"] == "train"], 300, 1, 32)
+    tok.save_pretrained(str(folder / "tokenizer"))
+    return folder
+
+
+def tiny_config(**loop: Any) -> tuple[ScoreTrain, EngineOptions]:
+    """The real params.yaml's score_train and default engine, shrunk to a tiny model."""
+    params = load_params(ROOT / "params.yaml")
+    cfg = params.score_train
+    model = cfg.model.model_copy(update={"image_height": HEIGHT, "patch": (32, 8)})
+    base = {
+        "model": model,
+        "effective_batch": 8,
+        "max_steps": 2,
+        "warmup_steps": 0,
+        "eval_every": 2,
+        "checkpoint_every": 100,
+        "log_every": 1,
+        "decode_max_tokens": 4,
+        "lr": 3e-3,
+    }
+    opts = params.engine_options("default")
+    engine = loop.pop("engine", {})
+    return cfg.model_copy(update={**base, **loop}), opts.model_copy(update=engine)
+
+
+def run_tiny(data: Path, out: Path, **loop: Any) -> dict[str, Any]:
+    from tasks.score_train import run
+
+    cfg, opts = tiny_config(**loop)
+    return run(
+        cfg,
+        opts,
+        data,
+        data / "tokenizer",
+        WIDTH,
+        out / "model",
+        out / "metrics.json",
+        out / "checkpoints",
+        out / "live",
+    )
+
+
+def subprocess_env() -> dict[str, str]:
+    """For training subprocesses: the repo importable, offline, one thread each."""
+    root = ROOT
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(root), str(root / "tests" / "train")]),
+        "HF_HUB_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("data", type=Path)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--loop", default="{}", help="JSON: score_train keys to override")
+    args = parser.parse_args(argv)
+    run_tiny(args.data, args.out, **json.loads(args.loop))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
