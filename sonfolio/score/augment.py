@@ -14,7 +14,7 @@ from sonfolio.config import Augment
 
 
 def rotate(img: Image.Image, cfg: Augment, rng: np.random.Generator) -> Image.Image:
-    """A small random rotation on white; done before resizing so the long side stays exact."""
+    """A small random rotation on white, the box expanded so no corner is cut."""
     if cfg.rotation_deg <= 0:
         return img
     angle = float(rng.uniform(-cfg.rotation_deg, cfg.rotation_deg))
@@ -36,7 +36,8 @@ def degrade(img: Image.Image, cfg: Augment, rng: np.random.Generator) -> Image.I
     if cfg.blur_radius > 0:
         img = img.filter(ImageFilter.GaussianBlur(float(rng.uniform(0, cfg.blur_radius))))
     if cfg.noise_std > 0:
-        pixels = np.asarray(img, dtype=np.float32) / 255.0
-        pixels = pixels + rng.normal(0.0, cfg.noise_std, size=pixels.shape).astype(np.float32)
-        img = Image.fromarray((np.clip(pixels, 0, 1) * 255).round().astype(np.uint8))
+        pixels = np.asarray(img, dtype=np.float32)  # 0..255
+        noise = rng.standard_normal(pixels.shape, dtype=np.float32)
+        pixels += noise * np.float32(cfg.noise_std * 255.0)
+        img = Image.fromarray(np.clip(pixels, 0, 255).round().astype(np.uint8))
     return img

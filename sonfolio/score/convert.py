@@ -10,10 +10,11 @@ music21 holds at sounding pitch is transposed back to written pitch first.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -170,8 +171,23 @@ def abc_tune_score(where: str, block: str) -> stream.Score:
     Raises:
         SourceError: reason "unparsable" or "empty".
     """
-    parsed = _parse(where, lambda: converter.parse(block, format="abc", forceSource=True))
+    with _without_beaming():
+        parsed = _parse(where, lambda: converter.parse(block, format="abc", forceSource=True))
     return _require_notes(where, _as_score(parsed))
+
+
+@contextlib.contextmanager
+def _without_beaming() -> Iterator[None]:
+    """music21's ABC import ends by computing beams (`makeBeams`), ~60% of its time, and has
+    no option to skip it. Beams are engraving hints the canonical text never carries
+    (LilyPond beams by itself), so they are skipped while a tune is parsed: the systems come
+    out the same (tests/score/test_convert.py checks it)."""
+    original = stream.Stream.makeBeams
+    stream.Stream.makeBeams = lambda self, *args, **kwargs: None  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        stream.Stream.makeBeams = original  # type: ignore[method-assign]
 
 
 def _parse(where: Path | str, parse: Callable[[], stream.Stream]) -> stream.Stream:

@@ -39,17 +39,30 @@ class RenderSettings:
 
 
 def finish_image(png: Path, settings: RenderSettings, augment_seed: int | None) -> Image.Image:
-    """LilyPond's PNG -> grayscale, long side resized to `settings.long_side`, maybe degraded."""
+    """LilyPond's PNG -> grayscale, long side resized to `settings.long_side`, maybe degraded.
+
+    Resized first: LilyPond's render is up to ~5x the stored size, and rotating and degrading
+    the small image costs a fraction of doing it at render size.
+    """
     with Image.open(png) as raw:
-        img = raw.convert("L")
-    augment = augment_seed is not None and settings.augment.enabled
-    rng = np.random.default_rng(augment_seed) if augment else None
-    if rng is not None:
-        img = rotate(img, settings.augment, rng)
-    scale = settings.long_side / max(img.size)
+        img = _fit(raw.convert("L"), settings.long_side)
+    if augment_seed is None or not settings.augment.enabled:
+        return img
+    rng = np.random.default_rng(augment_seed)
+    # rotation widens the box by a few px (expand=True keeps the corners): fit it again
+    img = _fit(rotate(img, settings.augment, rng), settings.long_side)
+    return degrade(img, settings.augment, rng)
+
+
+def _fit(img: Image.Image, long_side: int) -> Image.Image:
+    """`img` with its long side scaled to `long_side` px (Lanczos)."""
+    scale = long_side / max(img.size)
     size = (max(1, round(img.width * scale)), max(1, round(img.height * scale)))
-    img = img.resize(size, Image.Resampling.LANCZOS)
-    return degrade(img, settings.augment, rng) if rng is not None else img
+    if size == img.size:
+        return img
+    # reducing_gap: a box reduction by an integer factor first, then Lanczos on the rest:
+    # about 2x faster on 3-5x reductions and indistinguishable from plain Lanczos
+    return img.resize(size, Image.Resampling.LANCZOS, reducing_gap=3.0)
 
 
 def _reason(warnings: list[str]) -> str:

@@ -12,6 +12,7 @@ stream (`f"{seed}/{k}"`), so `synth_systems(n, seed, b)` is a prefix of a larger
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 from dataclasses import dataclass
@@ -262,6 +263,7 @@ def _span(piece: _Piece, span: Fraction, compound: bool, finest: Fraction) -> li
     return [_event(piece, duration_token(span * v)) for v in _weighted(rng, patterns)[1]]
 
 
+@functools.cache  # pure, and called ~130 times a system: Fraction arithmetic is slow
 def _fits(span: Fraction, choice: tuple, shortest: Fraction) -> bool:
     """Every written value exists, none is below `shortest`, and they fill the span exactly."""
     values = choice[-1]

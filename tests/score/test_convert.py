@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections import Counter
 from pathlib import Path
@@ -174,6 +175,28 @@ def test_folk_abc_tunes_with_pickup_and_triplet(tmp_path: Path) -> None:
     assert r"\tuplet 3/2 { a'8 g'8 fis'8 }" in fare[1].text
     assert all(r"\partial" not in s.text for s in fare[1:])
     assert_clean([s for v in systems_by_tune.values() for s in v], tmp_path / "ly")
+
+
+def test_abc_tunes_parse_to_the_same_systems_without_beaming(monkeypatch) -> None:
+    """Skipping music21's beaming (a speed-up: beams never reach the canonical text) changes
+    no system of real tunes: the same texts and drops as a parse with beaming."""
+    import sonfolio.score.convert as convert
+
+    text = corpus_file("oneills1850/0001-0050").read_text(encoding="utf-8")
+    starts = [m.start() for m in re.finditer(r"(?m)^X:", text)]
+    blocks = [text[a:b] for a, b in zip(starts[:12], starts[1:13], strict=True)]
+
+    def systems_of_all() -> list:
+        out = []
+        for i, block in enumerate(blocks):
+            score = convert.abc_tune_score(f"tune{i}", block)
+            out.append(systems_from_score(score, f"tune{i}", 4))
+        return [([s.text for s in systems], dropped) for systems, dropped in out]
+
+    fast = systems_of_all()
+    monkeypatch.setattr(convert, "_without_beaming", contextlib.nullcontext)
+    assert fast == systems_of_all()
+    assert sum(len(texts) for texts, _ in fast) > 30
 
 
 @pytest.mark.slow
