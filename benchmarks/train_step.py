@@ -36,7 +36,7 @@ TARGETS = {"other_pct": 5.0, "data_wait_pct": 2.0}  # at most, % of step time
 
 def measure(track_name: str, params: Params, steps: int, preset: str) -> dict[str, Any]:
     if track_name == "score_train":
-        from tasks.score_train import make_track
+        from sonfolio.score.track import make_track
 
         cfg = params.score_train
         track = make_track(
@@ -46,7 +46,7 @@ def measure(track_name: str, params: Params, steps: int, preset: str) -> dict[st
             params.score_data.image_long_side,
         )[0]
     else:
-        from tasks.speech_train import make_track
+        from sonfolio.speech.track import make_track
 
         cfg = params.speech_train
         track = make_track(cfg, params.paths.speech_data, params.paths.speech_tokenizer)[0]

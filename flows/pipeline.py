@@ -14,13 +14,16 @@ no second list to keep in step. DVC holds one lock per repository, so stages run
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import networkx as nx
+import yaml
 from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_link_artifact, create_markdown_artifact
 
 
 def pipeline_stages(repo: Path, targets: list[str] | None = None) -> list[str]:
@@ -63,6 +66,45 @@ def repro_stage(stage: str, repo: str, force: bool = False) -> None:
         raise RuntimeError(f"`dvc repro {stage}` failed with exit code {proc.returncode}")
 
 
+@task(name="publish results")
+def publish_results(repo: str) -> list[str]:
+    """The run report's tables as markdown artifacts and a link to the report, so the Prefect
+    UI shows each run's results; returns the artifact keys.
+
+    The tables come from ${paths.report}/assets/summary.json, written by the report stage with
+    the page (sonfolio/report.py); no report yet: one artifact that says how to make it.
+    """
+    logger = get_run_logger()
+    params = yaml.safe_load((Path(repo) / "params.yaml").read_text(encoding="utf-8"))
+    report = Path(repo) / params["paths"]["report"]
+    summary_path = report / "assets" / "summary.json"
+    if not summary_path.is_file():
+        logger.info("no report in %s: run the report stage (`dvc repro report`)", report)
+        create_markdown_artifact(
+            key="sonfolio-report",
+            markdown=f"No report in `{report}` yet: run `dvc repro report`.",
+            description="Sonfolio run report",
+        )
+        return ["sonfolio-report"]
+    summary = json.loads(summary_path.read_text(encoding="utf-8"))
+    keys = []
+    for part, markdown in summary["markdown"].items():
+        keys.append(f"sonfolio-{part}")
+        create_markdown_artifact(
+            key=keys[-1],
+            markdown=f"# Sonfolio: {part}\n\n{markdown}",
+            description=f"{part} results of the report made {summary['made']}",
+        )
+    keys.append("sonfolio-report")
+    create_link_artifact(
+        key=keys[-1],
+        link=(report / "index.html").resolve().as_uri(),
+        link_text="Sonfolio run report (tables, plots, samples)",
+        description=f"made {summary['made']}; not yet produced: {summary['missing'] or 'none'}",
+    )
+    return keys
+
+
 @flow(name="sonfolio", log_prints=True)
 def pipeline(repo: str = ".", stages: list[str] | None = None, force: bool = False) -> list[str]:
     """Reproduce the DVC pipeline (or `stages` and what they need) in `repo`."""
@@ -71,6 +113,7 @@ def pipeline(repo: str = ".", stages: list[str] | None = None, force: bool = Fal
     get_run_logger().info("stages in order: %s", ", ".join(order))
     for stage in order:
         repro_stage.with_options(task_run_name=f"dvc repro {stage}")(stage, repo, force)
+    publish_results(repo)  # the results, in the Prefect UI
     return order
 
 

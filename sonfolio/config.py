@@ -37,6 +37,13 @@ class Paths(Strict):
     live: Path
     metrics: Path
     download_cache: Path
+    score_export: Path  # score_export: ONNX variant folders (fp32/, int8_ptq/, int4_ptq/)
+    speech_export: Path  # speech_export: the same for the speech model
+    score_eval: Path  # score_eval: samples/ (side-by-side images, predictions), quality.csv
+    speech_eval: Path  # speech_eval: samples/ (predictions, worst examples), quality.csv
+    score_qat: Path  # score_qat: one QAT-trained HF model folder per scheme (int8/, int4/)
+    speech_qat: Path  # speech_qat: the same for the speech model
+    report: Path  # report: index.html, assets/, <track>_latency.csv (docs/report.md)
 
 
 class ScoreSource(Strict):
@@ -255,6 +262,8 @@ class TrainLoop(Strict):
     log_every: Positive  # steps between log lines and DVCLive points
     max_skip_fraction: Fraction01  # corrupt train samples allowed (of the train set)
     decode_max_tokens: Positive  # greedy decoding length limit for the held-out error rate
+    # weight of the auxiliary CTC loss on the encoder (sonfolio/train/ctc.py); 0: none
+    ctc_weight: Annotated[float, Field(ge=0.0, lt=1.0)]
     seed: int
 
 
@@ -279,6 +288,147 @@ class SpeechTrain(TrainLoop):
     model: SpeechModel
 
 
+class QatTrain(TrainLoop):
+    """A QAT fine-tune of the trained FP32 model (sonfolio/qat.py), once per scheme."""
+
+    schemes: Annotated[list[Literal["int8", "int4"]], Field(min_length=1)]
+    int4_group_size: Literal[16, 32, 64, 128]  # input columns sharing one int4 scale
+
+    @model_validator(mode="after")
+    def _unique(self) -> QatTrain:
+        if len(set(self.schemes)) != len(self.schemes):
+            raise ValueError(f"schemes {self.schemes} lists a scheme twice")
+        return self
+
+
+class PageSplit(Strict):
+    """Cutting a page image into staff systems (sonfolio/infer/page.py)."""
+
+    staff_line_fraction: Annotated[float, Field(gt=0.0, le=1.0)]  # of the ink's width
+    min_staff_lines: Annotated[int, Field(ge=1, le=16)]  # lines in a group to count as a staff
+    max_skew_deg: Annotated[float, Field(ge=0.0, le=10.0)]  # tilt straightened before cutting
+
+
+class AudioChunks(Strict):
+    """Cutting long audio into windows the speech model takes (sonfolio/infer/audio.py)."""
+
+    search_s: Annotated[float, Field(gt=0.0)]  # the quietest point this close to the limit
+    silence_db: Annotated[float, Field(lt=0.0)]  # dB below the clip's loudest frame
+    overlap_s: Annotated[float, Field(ge=0.0)]  # chunks cut outside a silence overlap this much
+
+
+class Infer(Strict):
+    """`sonfolio read`, `sonfolio transcribe` and the service (docs/inference.md)."""
+
+    variant: Annotated[str, Field(min_length=1)]  # default exported variant folder name
+    score_max_tokens: Positive  # greedy decoding limit per system
+    speech_max_tokens: Positive  # greedy decoding limit per audio chunk
+    batch_size: Positive  # systems or chunks per generate call
+    page: PageSplit
+    audio: AudioChunks
+
+
+class Serve(Strict):
+    """`sonfolio serve`: where it listens and what it accepts."""
+
+    host: Annotated[str, Field(min_length=1)]
+    port: Annotated[int, Field(ge=1, le=65535)]
+    max_upload_mb: Annotated[float, Field(gt=0.0)]  # larger uploads get 413
+
+
+class Export(Strict):
+    """ONNX export and ORT quantization, shared by score_export and speech_export."""
+
+    opset: Annotated[int, Field(ge=14, le=21)]  # ONNX opset of the export
+    quantize: list[Literal["int8", "int4"]]  # variants made from each exported model
+    per_channel: bool  # int8: one scale per output channel (else per tensor)
+    int4_block_size: Literal[16, 32, 64, 128, 256]  # int4: weights per scale (along K)
+    int4_symmetric: bool  # int4: no zero point
+    int4_accuracy_level: Literal[0, 1, 2, 3, 4]  # MatMulNBits compute type; 4: int8 (fastest)
+
+
+class TrackExport(Strict):
+    """What the model card and the upload command of one track say."""
+
+    hub_repo: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")]
+    license: Annotated[str, Field(min_length=1)]
+    language: list[str]  # ISO codes for the card; [] for none
+
+
+class Bench(Strict):
+    """How score_bench and speech_bench measure every variant (same inputs, one run)."""
+
+    samples: Positive  # test-split samples, the first N of the manifest
+    threads: Positive  # intra-op threads of every runtime (torch, ORT, CTranslate2)
+    warmup: Annotated[int, Field(ge=0)]  # untimed samples per process before timing
+    repeats: Positive  # interleaved rounds (a fresh process per variant per round)
+    batch_size: Annotated[int, Field(ge=2)]  # throughput measured at 1 and at this
+    decode_tokens: Positive  # forced decode length for latency (end of text suppressed)
+    io_binding: bool  # ORT: bind inputs/outputs (optimum's use_io_binding)
+    fail_on_gate: bool  # a variant past its quality gate fails the stage (else: marked)
+
+
+class ScoreBench(Strict):
+    max_ter_increase: Annotated[float, Field(ge=0.0)]  # vs torch FP32, absolute (0.01 = 1 point)
+
+
+class SpeechBench(Strict):
+    max_wer_increase: Annotated[float, Field(ge=0.0)]  # vs torch FP32, absolute
+    ctranslate2: bool  # also measure the CTranslate2 int8 peer (faster-whisper's engine)
+
+
+class ScoreEval(Strict):
+    """Stage score_eval: every variant on the same systems (docs/evaluation.md)."""
+
+    splits: Annotated[list[Literal["val", "test", "heldout"]], Field(min_length=1)]
+    max_samples: Positive | None  # per split, a seeded random subset; null: all
+    batch_size: Positive  # systems per generate call
+    decode_max_tokens: Positive  # greedy decoding limit per system
+    threads: Positive | None  # CPU threads (torch and ONNX Runtime); null: all cores
+    worst_examples: Annotated[int, Field(ge=0)]  # side-by-side images per variant and split
+    random_examples: Annotated[int, Field(ge=0)]
+    compile_batch: Positive  # systems per LilyPond process
+    compile_timeout_s: Annotated[float, Field(gt=0.0)]  # per LilyPond process
+    render_dpi: Annotated[int, Field(ge=50, le=600)]  # resolution of the side-by-side renders
+    seed: int
+
+
+class SpeechEval(Strict):
+    """Stage speech_eval: every variant on the same clips (docs/evaluation.md)."""
+
+    splits: Annotated[list[Literal["train", "val", "test"]], Field(min_length=1)]
+    max_samples: Positive | None  # per split, a seeded random subset; null: all
+    batch_size: Positive  # clips per generate call
+    decode_max_tokens: Positive  # greedy decoding limit per clip
+    threads: Positive | None  # CPU threads (torch and ONNX Runtime); null: all cores
+    worst_examples: Annotated[int, Field(ge=0)]  # per variant and split, with audio paths
+    seed: int
+
+
+class EstimateSteps(Strict):
+    score: Positive
+    speech: Positive
+
+
+class Estimate(Strict):
+    """`sonfolio estimate` (docs/cost.md): measured steps priced on cloud GPUs. Not a stage."""
+
+    steps: Positive  # timed optimizer steps per track
+    warmup_steps: Annotated[int, Field(ge=0)]  # untimed steps first (allocator, compile)
+    full_run_steps: EstimateSteps  # a real-scale run, priced beside the stage's max_steps
+    prices: Path | None  # a price table (YAML); null: sonfolio/gpu_prices.yaml
+
+
+class Report(Strict):
+    """Stage report: one HTML page per run from the stages' outputs (docs/report.md)."""
+
+    title: Annotated[str, Field(min_length=1)]
+    sample_variant: Annotated[str, Field(min_length=1)]  # whose eval samples are shown
+    score_samples: Annotated[int, Field(ge=0, le=50)]  # side-by-side images per kind and split
+    speech_worst: Annotated[int, Field(ge=0, le=100)]  # worst clips per split, with audio
+    dpi: Annotated[int, Field(ge=50, le=300)]  # resolution of the plots
+
+
 class Params(Strict):
     paths: Paths
     score_data: ScoreData
@@ -289,6 +439,20 @@ class Params(Strict):
     train_presets: dict[str, dict]
     score_train: ScoreTrain
     speech_train: SpeechTrain
+    score_qat: QatTrain
+    speech_qat: QatTrain
+    export: Export
+    score_export: TrackExport
+    speech_export: TrackExport
+    bench: Bench
+    score_bench: ScoreBench
+    speech_bench: SpeechBench
+    score_eval: ScoreEval
+    speech_eval: SpeechEval
+    infer: Infer
+    serve: Serve
+    estimate: Estimate
+    report: Report
 
     @model_validator(mode="after")
     def _presets_valid(self) -> Params:
@@ -300,7 +464,7 @@ class Params(Strict):
                     f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors()
                 )
                 raise ValueError(f"train_presets.{name} = {override}: {problems}") from None
-        for stage in ("score_train", "speech_train"):
+        for stage in ("score_train", "speech_train", "score_qat", "speech_qat"):
             preset = getattr(self, stage).preset
             if preset not in self.train_presets:
                 raise ValueError(

@@ -19,71 +19,23 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from accelerate.utils import set_seed
 from torch.utils.data import DataLoader
-from transformers import AutoTokenizer, ViTImageProcessor
+from transformers import ViTImageProcessor
 
 from sonfolio.config import EngineOptions, ScoreTrain, load_params
 from sonfolio.evaluation import examples, greedy_decode, most_common, token_error_rate
-from sonfolio.io import read_jsonl, staged_dir, write_json
+from sonfolio.io import staged_dir, write_json
 from sonfolio.logs import setup_logging
 from sonfolio.score.batches import ScoreSystems, collate
-from sonfolio.score.model import attention_kernels, build, check_size
+from sonfolio.score.model import check_size
+from sonfolio.score.track import EVAL_SPLITS, make_track
 from sonfolio.train import checkpoint
 from sonfolio.train.device import choose_precision, detect_backend
-from sonfolio.train.engine import RunPaths, Track, train
+from sonfolio.train.engine import RunPaths, train
 
 log = logging.getLogger(__name__)
 
 STAGE = "score_train"
-EVAL_SPLITS = ("heldout", "test")
-
-
-def make_track(
-    cfg: ScoreTrain, data: Path, tokenizer_dir: Path, width: int
-) -> tuple[Track, dict[str, ScoreSystems], Any]:
-    """The model (seeded), the datasets of every split, and the tokenizer."""
-    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
-    rows = read_jsonl(data / "manifest.jsonl")
-    set_seed(cfg.seed)
-    model = build(cfg.model, tok, width)
-    shape = tuple(model.config.encoder.image_size)
-    max_tokens = model.config.decoder.n_positions if not cfg.model.pretrained else 10**9
-    sets = {
-        split: ScoreSystems(
-            [r for r in rows if r["split"] == split],
-            data,
-            tok,
-            model.config.decoder_start_token_id,
-            shape,
-            max_tokens,
-        )
-        for split in ("train", "val", *EVAL_SPLITS)
-    }
-    if not len(sets["train"]) or not len(sets["val"]):
-        raise ValueError(f"{data}/manifest.jsonl needs train and val rows: rerun score_data")
-    train_set = sets["train"]
-    longest = train_set[train_set.longest()]
-    mean_tokens = sum(map(len, train_set.labels)) / len(train_set)
-    patches = model.config.encoder.image_size[0] // model.config.encoder.patch_size[0]
-    patches *= model.config.encoder.image_size[1] // model.config.encoder.patch_size[1]
-    enc = model.encoder.num_parameters()
-    track = Track(
-        model=model,
-        train_set=train_set,
-        val_set=sets["val"],
-        collate=collate,
-        probe_batch=lambda n: collate([longest] * n),
-        flops_per_sample=6 * (enc * patches + (model.num_parameters() - enc) * mean_tokens),
-        shape=f"{shape[0]}x{shape[1]}",
-        name=STAGE,
-    )
-    log.info(
-        "score model: %.2f M parameters; attention: %s",
-        model.num_parameters() / 1e6,
-        attention_kernels(model),
-    )
-    return track, sets, tok
 
 
 def run(

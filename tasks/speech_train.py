@@ -19,9 +19,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from accelerate.utils import set_seed
 from torch.utils.data import DataLoader
-from transformers import AutoFeatureExtractor, AutoTokenizer
 
 from sonfolio.config import EngineOptions, SpeechTrain, load_params
 from sonfolio.evaluation import (
@@ -31,59 +29,19 @@ from sonfolio.evaluation import (
     most_common,
     word_error_rate,
 )
-from sonfolio.io import read_jsonl, staged_dir, write_json
+from sonfolio.io import staged_dir, write_json
 from sonfolio.logs import setup_logging
 from sonfolio.speech.batches import SpeechClips, collate
-from sonfolio.speech.model import attention_kernels, build, check_size
+from sonfolio.speech.model import check_size
 from sonfolio.speech.normalize import normalize
+from sonfolio.speech.track import EVAL_SPLITS, make_track
 from sonfolio.train import checkpoint
 from sonfolio.train.device import choose_precision, detect_backend
-from sonfolio.train.engine import RunPaths, Track, train
+from sonfolio.train.engine import RunPaths, train
 
 log = logging.getLogger(__name__)
 
 STAGE = "speech_train"
-EVAL_SPLITS = ("test",)
-
-
-def make_track(cfg: SpeechTrain, data: Path, processor_dir: Path) -> tuple[Track, dict, Any, Any]:
-    """The model (seeded), the datasets of every split, the tokenizer and feature extractor."""
-    tok = AutoTokenizer.from_pretrained(str(processor_dir))
-    features = AutoFeatureExtractor.from_pretrained(str(processor_dir))
-    rows = read_jsonl(data / "manifest.jsonl")
-    set_seed(cfg.seed)
-    model = build(cfg.model, tok, features)
-    start = model.config.decoder_start_token_id
-    max_tokens = model.config.max_target_positions
-    sets = {
-        split: SpeechClips(
-            [r for r in rows if r["split"] == split], data, features, tok, start, max_tokens
-        )
-        for split in ("train", "val", *EVAL_SPLITS)
-    }
-    if not len(sets["train"]) or not len(sets["val"]):
-        raise ValueError(f"{data}/manifest.jsonl needs train and val rows: rerun speech_data")
-    train_set = sets["train"]
-    longest = train_set[train_set.longest()]
-    mean_tokens = sum(map(len, train_set.labels)) / len(train_set)
-    enc = model.model.encoder.num_parameters()
-    positions = model.config.max_source_positions
-    track = Track(
-        model=model,
-        train_set=train_set,
-        val_set=sets["val"],
-        collate=collate,
-        probe_batch=lambda n: collate([longest] * n),
-        flops_per_sample=6 * (enc * positions + (model.num_parameters() - enc) * mean_tokens),
-        shape=f"{features.feature_size}x{features.chunk_length}s",
-        name=STAGE,
-    )
-    log.info(
-        "speech model: %.2f M parameters; attention: %s",
-        model.num_parameters() / 1e6,
-        attention_kernels(model),
-    )
-    return track, sets, tok, features
 
 
 def run(

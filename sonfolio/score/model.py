@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 
 from transformers import (
     GPT2Config,
@@ -155,6 +156,14 @@ def load_pretrained(name: str, tokenizer: PreTrainedTokenizerBase) -> VisionEnco
     _special_tokens(model.config, tokenizer)
     model.generation_config.update(**_generation(tokenizer))
     return unshifted_loss(model)
+
+
+def load_trained(folder: Path) -> VisionEncoderDecoderModel:
+    """A model saved by score_train (or score_qat), ready to train further (the loss fix
+    re-applied, the unused pooler dropped)."""
+    return unshifted_loss(
+        VisionEncoderDecoderModel.from_pretrained(str(folder), attn_implementation="sdpa")
+    )
 
 
 def attention_kernels(model: VisionEncoderDecoderModel) -> str:

@@ -31,7 +31,7 @@ from torch.utils.data import DataLoader, Dataset
 from transformers import PreTrainedModel, get_cosine_schedule_with_warmup
 
 from sonfolio.config import EngineOptions, TrainLoop
-from sonfolio.train import checkpoint, speed
+from sonfolio.train import checkpoint, ctc, speed
 from sonfolio.train.batch import auto_micro_batch
 from sonfolio.train.device import (
     Backend,
@@ -191,6 +191,14 @@ class Run:
                 f"{world} processes: make it a multiple of {world}"
             )
         per_process = loop.effective_batch // world
+        self.ctc_head = ctc.attach(track.model) if loop.ctc_weight > 0 else None
+        self._choose(
+            "ctc",
+            "",
+            f"auxiliary CTC loss on the encoder, weight {loop.ctc_weight} ({track.name}.ctc_weight)"
+            if self.ctc_head is not None
+            else f"off ({track.name}.ctc_weight: 0)",
+        )
         self._choose(
             "gradient_checkpointing",
             "",
@@ -253,7 +261,7 @@ class Run:
         batch = model_inputs(self.track.probe_batch(self.micro))
         batch = {k: v.to(self.acc.device) for k, v in batch.items()}
         with torch.random.fork_rng(devices=[]), self.acc.autocast():
-            model(**batch).loss.backward()
+            self._loss(model, batch).backward()
         model.zero_grad(set_to_none=True)
 
     # --- data -------------------------------------------------------------------------
@@ -301,7 +309,7 @@ class Run:
                 batch, n_tokens = self._next_batch()
             with acc.accumulate(model):
                 with timer.phase("forward"):
-                    loss = model(**batch).loss
+                    loss = self._loss(model, batch)
                 with timer.phase("backward"):
                     acc.backward(loss)
             losses.append(loss.detach())
@@ -316,6 +324,22 @@ class Run:
             tokens_per_s=tokens * world / timer.last_step_s,
         )
         return info
+
+    def _loss(self, model: torch.nn.Module, batch: dict[str, Any]) -> torch.Tensor:
+        """The training loss: cross-entropy, joint with CTC when the track has a head."""
+        outputs = model(**batch)
+        if self.ctc_head is None:
+            return outputs.loss
+        config = self.track.model.config
+        return ctc.joint(
+            outputs.loss,
+            outputs,
+            batch["labels"],
+            self.ctc_head,
+            self.loop.ctc_weight,
+            blank=config.pad_token_id,
+            ignore=(self.track.model.generation_config.eos_token_id,),
+        )
 
     def _optimizer_step(self, loss: torch.Tensor) -> dict[str, float]:
         acc, opt = self.acc, self.opt
@@ -381,6 +405,8 @@ class Run:
         best = self.paths.checkpoints / "best"
         tmp = self.paths.checkpoints / ".best.tmp"
         state_dict = self.acc.get_state_dict(self.model)  # on every process (FSDP gathers)
+        # the plain model's weights only: the CTC head is a training aid (sonfolio.train.ctc)
+        state_dict = {k: v for k, v in state_dict.items() if not k.startswith(ctc.HEAD)}
         if self.acc.is_main_process:
             shutil.rmtree(tmp, ignore_errors=True)
             plain(self.acc.unwrap_model(self.model)).save_pretrained(
@@ -531,6 +557,7 @@ def _validate(run: Run, curves: Curves, step: int) -> bool:
 def _finish(run: Run, resumed: bool) -> TrainResult:
     acc, state = run.acc, run.state
     model = plain(acc.unwrap_model(run.model))
+    ctc.detach(model)  # the saved and evaluated model is the plain transformers class
     best = run.paths.checkpoints / "best"
     if (best / "config.json").is_file():
         # from_pretrained restores tied weights; the live instance keeps what the track set on

@@ -1,0 +1,164 @@
+"""Quantized variants side by side: size, latency, memory and quality per track and variant.
+
+    python -m benchmarks.quant [--reuse]
+
+Runs the score_bench and speech_bench stages (their `run()` with params.yaml, the exported
+variants under ${paths.score_export} / ${paths.speech_export} must exist: run the export
+stages first), or with `--reuse` reads the metrics they last wrote. Writes
+benchmarks/results/quant.json (per track and variant: the bench figures plus `size_ratio`,
+`speedup_vs_torch_fp32` and, for speech, `latency_vs_ctranslate2`; the targets and whether
+each int8 variant meets them; the conditions, load average included) and prints a table.
+
+Targets (issue 6): int8 files <= 0.28x the FP32 size; int8 end-to-end generation >= 2x faster
+than torch FP32; speech int8 latency <= 1.25x CTranslate2 int8 on the same decode length.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from sonfolio.config import Params, load_params
+from sonfolio.io import write_json
+from sonfolio.logs import setup_logging
+
+RESULTS = Path("benchmarks/results/quant.json")
+TARGETS = {"int8_size_ratio_max": 0.28, "int8_speedup_min": 2.0, "int8_vs_ct2_max": 1.25}
+
+
+def run_benches(params: Params) -> dict[str, dict[str, Any]]:
+    from tasks.score_bench import run as score_bench
+    from tasks.speech_bench import run as speech_bench
+
+    paths = params.paths
+    score = score_bench(
+        params.bench,
+        params.score_bench,
+        params.export,
+        params.score_train.decode_max_tokens,
+        paths.score_data,
+        paths.score_model,
+        paths.score_export,
+        paths.metrics / "score_bench.json",
+    )
+    speech = speech_bench(
+        params.bench,
+        params.speech_bench,
+        params.export,
+        params.speech_train.decode_max_tokens,
+        paths.speech_data,
+        paths.speech_model,
+        paths.speech_export,
+        paths.metrics / "speech_bench.json",
+    )
+    return {"score": score, "speech": speech}
+
+
+def read_benches(params: Params) -> dict[str, dict[str, Any]]:
+    out = {}
+    for track in ("score", "speech"):
+        path = params.paths.metrics / f"{track}_bench.json"
+        if not path.is_file():
+            raise SystemExit(f"{path} not found: run `python -m tasks.{track}_bench` first")
+        out[track] = json.loads(path.read_text())
+    return out
+
+
+def targets(track: str, variants: dict[str, Any], onnx_ratio: float | None) -> dict[str, Any]:
+    """Whether the int8 PTQ variant meets each target (None: not measured)."""
+    v = variants.get("ort_int8_ptq", {})
+    if "e2e_ms_p50" not in v:
+        return {"int8": "not measured"}
+    result = {
+        "int8_size_ratio_to_onnx_fp32": onnx_ratio,
+        "size_met": onnx_ratio is not None and onnx_ratio <= TARGETS["int8_size_ratio_max"],
+        "speedup_met": v["speedup_vs_torch_fp32"] >= TARGETS["int8_speedup_min"],
+    }
+    if track == "speech" and "latency_vs_ctranslate2" in v:
+        result["vs_ct2_met"] = v["latency_vs_ctranslate2"] <= TARGETS["int8_vs_ct2_max"]
+    return result
+
+
+def summary(benches: dict[str, dict[str, Any]], params: Params) -> dict[str, Any]:
+    result: dict[str, Any] = {"targets": TARGETS, "tracks": {}}
+    for track, metrics in benches.items():
+        export = params.paths.metrics / f"{track}_export.json"
+        ratio = None
+        if export.is_file():
+            ratio = json.loads(export.read_text()).get("int8_ptq", {}).get("size_ratio")
+        variants = metrics["variants"]
+        result["tracks"][track] = {
+            "variants": variants,
+            "conditions": metrics["conditions"],
+            "gate_failures": metrics.get("gate_failures", []),
+            "targets_met": targets(track, variants, ratio),
+        }
+    result["load_average_at_report"] = [round(x, 2) for x in os.getloadavg()]
+    return result
+
+
+def table(result: dict[str, Any]) -> Table:
+    t = Table(title="Quantized variants (p50; ratios to torch FP32)")
+    for col in (
+        "track",
+        "variant",
+        "MB",
+        "size x",
+        "enc ms",
+        "dec ms/tok",
+        "e2e ms",
+        "speedup",
+        "vs CT2",
+        "RSS MB",
+        "quality",
+        "gate",
+    ):
+        t.add_column(col, justify="right" if col not in ("track", "variant") else "left")
+    for track, data in result["tracks"].items():
+        for name, v in data["variants"].items():
+            if "e2e_ms_p50" not in v:
+                t.add_row(track, name, *[""] * 9, v.get("status", ""))
+                continue
+            quality = " ".join(f"{k}={v[k]:.3f}" for k in ("ter", "wer", "cer") if k in v)
+            t.add_row(
+                track,
+                name,
+                f"{v['bytes'] / 1e6:.2f}",
+                f"{v['size_ratio']:.2f}",
+                f"{v['encoder_ms_p50']:.1f}",
+                f"{v['decoder_ms_per_token_p50']:.2f}",
+                f"{v['e2e_ms_p50']:.0f}",
+                f"{v['speedup_vs_torch_fp32']:.2f}",
+                f"{v['latency_vs_ctranslate2']:.2f}" if "latency_vs_ctranslate2" in v else "",
+                f"{v['rss_peak_mb']:.0f}",
+                quality,
+                v["status"],
+            )
+    return t
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--reuse", action="store_true", help="read the benches' last metrics")
+    args = parser.parse_args()
+    setup_logging(logging.WARNING)
+    params = load_params()
+    benches = read_benches(params) if args.reuse else run_benches(params)
+    result = summary(benches, params)
+    write_json(RESULTS, result)
+    console = Console()
+    console.print(table(result))
+    for track, data in result["tracks"].items():
+        console.print(f"{track}: targets {data['targets_met']}; conditions {data['conditions']}")
+    console.print(f"written: {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()

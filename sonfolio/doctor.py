@@ -1,0 +1,354 @@
+"""`sonfolio doctor`: what this machine is, how fast it multiplies matrices, and what the
+training engine would choose for each track, before anything trains.
+
+The choices come from the engine's own functions (sonfolio.train.device / speed / engine), so
+doctor cannot drift from what a run does. Models are built on the `meta` device (shapes only,
+no memory, no time) to read their attention kernel and size. Fast: about 1-2 s on a CPU,
+plus the torch.compile check when a preset enables compile.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import logging
+import os
+import platform
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from sonfolio.config import EngineOptions, Params, TrainLoop
+from sonfolio.train import engine, speed
+from sonfolio.train.device import (
+    Backend,
+    DeviceCannotDo,
+    bf16_supported,
+    choose_precision,
+    detect_backend,
+    set_matmul_precision,
+)
+
+log = logging.getLogger(__name__)
+
+PACKAGES = ("torch", "transformers", "accelerate", "onnxruntime", "optimum", "torchao")
+OPTIONAL = ("bitsandbytes", "nvidia-ml-py")  # the `gpu` extra
+TRACKS = {"score": "score_train", "speech": "speech_train"}
+PRECISION_NAMES = {"no": "fp32", "bf16": "bf16", "fp16": "fp16"}  # Accelerate's name -> ours
+CPU_MATMUL_N = 1024  # 2.1 GFLOP per product: tens of ms on a laptop core, so ~1 s is many
+GPU_MATMUL_N = 8192  # 1.1 TFLOP per product: a few ms on an H100, enough to fill it
+MATMUL_SECONDS = 1.0  # the timed matmul's duration: long enough to be steady, short to wait
+
+
+def versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for name in PACKAGES + OPTIONAL:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    out["cuda"] = torch.version.cuda or "none"
+    out["hip"] = torch.version.hip or "none"
+    return out
+
+
+def _cpu_model() -> str:
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def host() -> dict[str, Any]:
+    """CPU cores (all, and those this process may use), torch threads, RAM in GiB."""
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    page = os.sysconf("SC_PAGE_SIZE")
+    return {
+        "cpu": _cpu_model(),
+        "cpu_cores": os.cpu_count(),
+        "cpu_cores_usable": usable,
+        "torch_threads": torch.get_num_threads(),
+        "ram_gib": round(page * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+        "ram_available_gib": round(page * os.sysconf("SC_AVPHYS_PAGES") / 2**30, 1),
+    }
+
+
+def gpu(backend: Backend) -> dict[str, Any] | None:
+    if not backend.is_gpu:
+        return None
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    return {
+        "name": backend.name,
+        "memory_gib": round(props.total_memory / 2**30, 1),
+        "compute_capability": f"{props.major}.{props.minor}" if backend.kind == "cuda" else None,
+        "gfx": getattr(props, "gcnArchName", None) if backend.kind == "rocm" else None,
+        "multiprocessors": props.multi_processor_count,
+        "devices": torch.cuda.device_count(),
+    }
+
+
+def matmul_tflops(
+    dtype: torch.dtype, device: torch.device, n: int, seconds: float
+) -> tuple[float, int]:
+    """Dense (n x n) @ (n x n) products repeated for about `seconds`: (TFLOP/s, products).
+
+    Written here (no library times one op this simply); torch.utils.benchmark adds
+    statistics we do not need for a one-line health check.
+    """
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    sync: Callable[[], None] = torch.cuda.synchronize if device.type == "cuda" else lambda: None
+    a @ b  # warm-up: kernel selection, thread pool start
+    sync()
+    done, start = 0, time.perf_counter()
+    while True:
+        a @ b
+        done += 1
+        if device.type == "cuda" and done % 10:
+            continue  # check the clock every 10 products only: the sync would dominate
+        sync()
+        elapsed = time.perf_counter() - start
+        if elapsed >= seconds:
+            return 2 * n**3 * done / elapsed / 1e12, done
+
+
+def matmul_speeds(backend: Backend, seconds: float) -> dict[str, float]:
+    """TFLOP/s per dtype: fp32 on CPU; bf16 (where supported), fp16 and tf32 on a GPU."""
+    if not backend.is_gpu:
+        return {
+            "fp32": round(
+                matmul_tflops(torch.float32, torch.device("cpu"), CPU_MATMUL_N, seconds)[0], 3
+            )
+        }
+    dev = torch.device("cuda")
+    dtypes = {"fp16": torch.float16, "tf32": torch.float32}  # tf32: set_matmul_precision ran
+    if bf16_supported(backend):
+        dtypes = {"bf16": torch.bfloat16, **dtypes}
+    share = seconds / len(dtypes)
+    return {k: round(matmul_tflops(d, dev, GPU_MATMUL_N, share)[0], 1) for k, d in dtypes.items()}
+
+
+def _meta_model(track: str, params: Params) -> nn.Module:
+    """The track's configured model on the meta device (shapes only), as its stage builds it.
+
+    Raises:
+        FileNotFoundError: the tokenizer stage has not run yet.
+    """
+    from transformers import AutoFeatureExtractor, AutoTokenizer
+
+    folder = params.paths.score_tokenizer if track == "score" else params.paths.speech_tokenizer
+    if not (folder / "tokenizer.json").is_file():
+        raise FileNotFoundError(f"no tokenizer in {folder}: run `dvc repro {track}_tokenizer`")
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    with torch.device("meta"):
+        if track == "score":
+            from sonfolio.score.model import build
+
+            return build(params.score_train.model, tok, params.score_data.image_long_side)
+        from sonfolio.speech.model import build
+
+        return build(params.speech_train.model, tok, AutoFeatureExtractor.from_pretrained(folder))
+
+
+def _model_facts(track: str, params: Params) -> dict[str, Any]:
+    cfg = params.score_train.model if track == "score" else params.speech_train.model
+    hub = cfg.pretrained if track == "score" else cfg.base_model
+    if hub:  # building it would download it: say what decides instead
+        return {"model": hub, "attention": f"as {hub} configures it (sdpa by default)"}
+    try:
+        model = _meta_model(track, params)
+    except FileNotFoundError as err:
+        return {"model": f"{cfg.size} preset", "attention": f"unknown: {err}"}
+    if track == "score":
+        from sonfolio.score.model import attention_kernels
+    else:
+        from sonfolio.speech.model import attention_kernels
+    return {
+        "model": f"{cfg.size} preset, {model.num_parameters() / 1e6:.2f} M parameters",
+        "parameters": model.num_parameters(),
+        "attention": attention_kernels(model),
+    }
+
+
+def _check_size(track: str, params: Params, backend: Backend) -> None:
+    """The stage's own check: a GPU-only model size on a CPU raises DeviceCannotDo."""
+    if track == "score":
+        from sonfolio.score.model import check_size
+
+        check_size("score_train", params.score_train.model.size, backend)
+    else:
+        from sonfolio.speech.model import check_size as check_speech_size
+
+        check_speech_size("speech_train", params.speech_train.model, backend)
+
+
+def _micro_batch(
+    stage: str, loop: TrainLoop, opts: EngineOptions, backend: Backend, precision: str, cache: Path
+) -> str:
+    per_process = loop.effective_batch // int(os.environ.get("WORLD_SIZE", "1"))
+    if backend.is_gpu and opts.micro_batch == "auto":
+        # the engine searches with real steps of the real model at the start of training;
+        # doctor only reports what earlier runs on this device found
+        found = {}
+        if cache.is_file():
+            found = {k: v for k, v in json.loads(cache.read_text()).items() if f"|{stage}|" in k}
+        known = f"; cached: {sorted(set(found.values()))}" if found else ""
+        return f"auto: the largest divisor of {per_process} that runs a real step{known}"
+    # the engine's own rule; with these settings it needs neither the model nor the Accelerator
+    micro, why = engine._micro_batch(None, opts, per_process, None, backend, precision, cache)  # type: ignore[arg-type]
+    return f"{micro} x {per_process // micro} accumulation ({why})"
+
+
+def _compile(opts: EngineOptions, probe: nn.Module) -> str:
+    def step(model: nn.Module) -> None:
+        model(torch.randn(4, 16, device=next(probe.parameters()).device)).sum().backward()
+
+    _, why = speed.compile_model(probe, opts.compile, step)
+    return why + (
+        " (checked on a small module; the model is checked at its first step)"
+        if opts.compile
+        else ""
+    )
+
+
+def track_choices(track: str, params: Params, backend: Backend, cache: Path) -> dict[str, Any]:
+    """What the engine would choose for this track: each choice with its reason."""
+    stage = TRACKS[track]
+    loop = getattr(params, stage)
+    opts = params.engine_options(loop.preset)
+    out: dict[str, Any] = {"stage": stage, "preset": loop.preset}
+    try:
+        precision, why = choose_precision(opts.precision, backend)
+    except DeviceCannotDo as err:  # the stage would fail before training; doctor says why
+        out["precision"] = {"value": "impossible", "reason": str(err)}
+        precision = "no"
+    else:
+        out["precision"] = {"value": PRECISION_NAMES[precision], "reason": why}
+    out.update(_model_facts(track, params))
+    try:
+        _check_size(track, params, backend)
+    except DeviceCannotDo as err:
+        out["model"] = f"impossible here: {err}"
+    dev = torch.device("cuda") if backend.is_gpu else torch.device("cpu")
+    probe = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 16)).to(dev)
+    out["compile"] = _compile(opts, probe)
+    out["micro_batch"] = _micro_batch(stage, loop, opts, backend, precision, cache)
+    out["optimizer"] = speed.optimizer(probe, opts.optimizer, loop.lr, 0.0, backend)[1]
+    out["fp8"] = speed.fp8(probe, opts.fp8, backend)
+    out["gradient_checkpointing"] = "on" if opts.gradient_checkpointing else "off"
+    out["loader"] = speed.loader_workers(opts.loader_workers, backend)[2]
+    return out
+
+
+def diagnose(params: Params, tracks: list[str], matmul_seconds: float) -> dict[str, Any]:
+    """Everything `sonfolio doctor` reports, as plain data (the --json output)."""
+    backend = detect_backend()
+    matmul = set_matmul_precision(backend)
+    cache = params.paths.checkpoints / "micro_batch.json"
+    return {
+        "backend": backend.kind,
+        "device": backend.name,
+        "versions": versions(),
+        "host": host(),
+        "gpu": gpu(backend),
+        "bf16_supported": bf16_supported(backend),
+        "matmul_precision": matmul,
+        "matmul_tflops": matmul_speeds(backend, matmul_seconds),
+        "tracks": {t: track_choices(t, params, backend, cache) for t in tracks},
+    }
+
+
+def render(report: dict[str, Any], console: Any) -> None:
+    """The report as rich tables."""
+    from rich.table import Table
+
+    machine = Table(title="sonfolio doctor: this machine", show_header=False)
+    machine.add_column(style="bold")
+    machine.add_column()
+    machine.add_row("backend", report["backend"])
+    machine.add_row("device", report["device"])
+    h = report["host"]
+    machine.add_row(
+        "cpu",
+        f"{h['cpu']}: {h['cpu_cores']} cores ({h['cpu_cores_usable']} usable), "
+        f"torch threads {h['torch_threads']}",
+    )
+    machine.add_row("ram", f"{h['ram_gib']} GiB ({h['ram_available_gib']} GiB available)")
+    if report["gpu"]:
+        g = report["gpu"]
+        arch = g["compute_capability"] or g["gfx"]
+        machine.add_row(
+            "gpu",
+            f"{g['name']} x {g['devices']}: {g['memory_gib']} GiB, {arch}, "
+            f"{g['multiprocessors']} multiprocessors",
+        )
+    machine.add_row("bf16", "yes" if report["bf16_supported"] else "no")
+    machine.add_row("matmul", report["matmul_precision"])
+    speeds = ", ".join(f"{k} {v:g}" for k, v in report["matmul_tflops"].items())
+    machine.add_row("matmul TFLOP/s", speeds)
+    machine.add_row("versions", ", ".join(f"{k} {v}" for k, v in report["versions"].items()))
+    console.print(machine)
+    tracks = report["tracks"]
+    if not tracks:
+        return
+    table = Table(title="what the training engine would choose", show_lines=True)
+    table.add_column("choice", style="bold")
+    for name, t in tracks.items():
+        table.add_column(f"{name} ({t['stage']}, preset {t['preset']})")
+    rows = [
+        "model",
+        "precision",
+        "attention",
+        "compile",
+        "micro_batch",
+        "optimizer",
+        "fp8",
+        "gradient_checkpointing",
+        "loader",
+    ]
+    for row in rows:
+        cells = []
+        for t in tracks.values():
+            value = t.get(row, "")
+            if isinstance(value, dict):
+                value = f"{value['value']}: {value['reason']}"
+            cells.append(str(value))
+        table.add_row(row, *cells)
+    console.print(table)
+
+
+def command(params_path: Path, tracks: list[str], as_json: bool) -> int:
+    """`sonfolio doctor`: the report on stdout (rich tables, or JSON); logs on stderr."""
+    import sys
+
+    from rich.console import Console
+
+    from sonfolio.config import ParamsError, load_params
+
+    log_to_stderr()
+    try:
+        params = load_params(params_path)
+    except ParamsError as err:
+        print(err, file=sys.stderr)
+        return 2
+    report = diagnose(params, tracks, MATMUL_SECONDS)
+    if as_json:
+        print(json.dumps(report, indent=2))
+    else:
+        render(report, Console())
+    return 0
+
+
+def log_to_stderr() -> None:
+    """Logs on stderr, so that stdout holds only the report (and --json parses)."""
+    from rich.console import Console
+    from rich.logging import RichHandler
+
+    handler = RichHandler(console=Console(stderr=True), show_path=False, rich_tracebacks=False)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", handlers=[handler])

@@ -1,0 +1,109 @@
+"""Long audio -> chunks that fit the speech model's window, and their texts joined back.
+
+The model hears a fixed window (the feature extractor's `chunk_length`, 8 s by default). A longer
+clip is cut greedily: each chunk ends at the quietest 25 ms frame within `search_s` of the
+window's end. When that frame is a silence (`silence_db` below the clip's loudest frame) the cut
+falls between words and the next chunk starts there; otherwise a word may be cut in two, so the
+next chunk starts `overlap_s` earlier and the words both chunks heard are kept once when the
+texts are joined.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from sonfolio.config import AudioChunks
+
+FRAME_S = 0.025  # loudness frames: 25 ms, every 10 ms (the usual speech analysis frame)
+HOP_S = 0.010
+MAX_REPEAT_WORDS = 12  # the longest repeat looked for where two overlapping texts meet
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Samples [start, end) of the clip; `overlaps` when it starts before the previous ended."""
+
+    start: int
+    end: int
+    overlaps: bool
+
+
+def frame_db(audio: np.ndarray, sample_rate: int) -> np.ndarray:
+    """(n,) float -> (frames,) RMS loudness in dB of 25 ms frames every 10 ms."""
+    frame, hop = round(FRAME_S * sample_rate), round(HOP_S * sample_rate)
+    if audio.size < frame:
+        return np.full(1, 20 * math.log10(float(np.sqrt(np.mean(audio**2))) + 1e-10))
+    # Sums of squares from a running total: memory stays O(samples) for an hour of audio.
+    total = np.concatenate([[0.0], np.cumsum(np.square(audio, dtype=np.float64))])
+    starts = np.arange(0, audio.size - frame + 1, hop)
+    energy = np.maximum(total[starts + frame] - total[starts], 0.0) / frame
+    return 20 * np.log10(np.sqrt(energy) + 1e-10)
+
+
+def check_settings(window_s: float, cfg: AudioChunks) -> None:
+    """Raises ValueError when search_s + overlap_s leave no progress within one window."""
+    if cfg.search_s + cfg.overlap_s >= window_s:
+        raise ValueError(
+            f"infer.audio.search_s + overlap_s = {cfg.search_s + cfg.overlap_s} s must be "
+            f"shorter than the model's window ({window_s} s): lower them"
+        )
+
+
+def plan_chunks(
+    audio: np.ndarray, sample_rate: int, window_s: float, cfg: AudioChunks
+) -> list[Chunk]:
+    """Cut `audio` (16 kHz mono float) into chunks of at most `window_s` seconds.
+
+    Raises:
+        ValueError: search_s + overlap_s leave no progress within one window.
+    """
+    n, window = audio.size, int(window_s * sample_rate)
+    check_settings(window_s, cfg)
+    if n <= window:
+        return [Chunk(0, n, False)]
+    search, overlap = int(cfg.search_s * sample_rate), int(cfg.overlap_s * sample_rate)
+    db = frame_db(audio, sample_rate)
+    loudest = float(db.max())
+    frame, hop = round(FRAME_S * sample_rate), round(HOP_S * sample_rate)
+    chunks: list[Chunk] = []
+    start, overlaps = 0, False
+    while n - start > window:
+        limit = start + window
+        first = math.ceil((limit - search) / hop)  # frames wholly inside the search span
+        last = (limit - frame) // hop
+        quiet = db[first : last + 1]
+        if quiet.size:
+            # The latest of the quietest frames (within 1 dB): chunks as long as possible.
+            k = first + int(np.flatnonzero(quiet <= quiet.min() + 1.0)[-1])
+            cut, silent = k * hop + frame // 2, db[k] - loudest <= cfg.silence_db
+        else:  # a search span shorter than one frame: cut at the limit
+            cut, silent = limit, False
+        chunks.append(Chunk(start, cut, overlaps))
+        start, overlaps = (cut, False) if silent else (cut - overlap, True)
+    chunks.append(Chunk(start, n, overlaps))
+    return chunks
+
+
+def _word_key(word: str) -> str:
+    return re.sub(r"[^\w]", "", word.casefold())
+
+
+def join_texts(texts: list[str], overlaps: list[bool]) -> str:
+    """Join chunk texts with a space; where a chunk overlaps the previous one, the longest run
+    of words that ends the text so far and starts the chunk's (case and punctuation ignored)
+    is kept once."""
+    words: list[str] = []
+    for text, overlapping in zip(texts, overlaps, strict=True):
+        new = text.split()
+        if overlapping:
+            keys = [_word_key(w) for w in new]
+            for size in range(min(MAX_REPEAT_WORDS, len(words), len(new)), 0, -1):
+                if [_word_key(w) for w in words[-size:]] == keys[:size]:
+                    new = new[size:]
+                    break
+        words += new
+    return " ".join(words)

@@ -1,0 +1,210 @@
+"""`sonfolio read`, `sonfolio transcribe` and `sonfolio serve` (registered by sonfolio.cli).
+
+Each command validates params.yaml and every input file before it loads a model, and exits
+with 2 and a message naming the file (or key) and the fix on bad input. Logs go to stderr, so
+stdout holds only the result. Heavy imports (torch, transformers) happen when a command runs,
+not when the CLI starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+EXIT_BAD_INPUT = 2
+COMMANDS = ("read", "transcribe", "serve")
+_ROUTE = {"score": "read", "speech": "transcribe"}  # each track's endpoint
+
+
+class CommandError(Exception):
+    """Ends a command with exit code 2 and this message on stderr."""
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--params", type=Path, default=Path("params.yaml"), help="params file")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all)")
+    p.add_argument(
+        "--device", choices=("auto", "cpu", "cuda"), default="auto", help="auto: a GPU if any"
+    )
+
+
+def add_commands(sub: Any) -> None:
+    """Register the three commands on the CLI's subparsers; each sets `handler`."""
+    read = sub.add_parser("read", help="read staff systems (or whole pages) into LilyPond")
+    read.add_argument("images", nargs="+", type=Path, help="PNG / JPEG / ... images")
+    read.add_argument("--model", type=Path, help="score model folder (default: see docs)")
+    read.add_argument(
+        "--page",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="split into systems first (default: when more than one staff is found)",
+    )
+    read.add_argument("--format", choices=("text", "ly", "json"), default="text")
+    read.add_argument("-o", "--output", type=Path, help="write here instead of stdout")
+    _common(read)
+    read.set_defaults(handler=run_read)
+
+    tr = sub.add_parser("transcribe", help="transcribe French speech (long audio is chunked)")
+    tr.add_argument("audio", nargs="+", type=Path, help="WAV / FLAC / OGG / MP3 files")
+    tr.add_argument("--model", type=Path, help="speech model folder (default: see docs)")
+    tr.add_argument("--format", choices=("text", "json"), default="text")
+    tr.add_argument("-o", "--output", type=Path, help="write here instead of stdout")
+    _common(tr)
+    tr.set_defaults(handler=run_transcribe)
+
+    serve = sub.add_parser("serve", help="the HTTP service: POST /read, POST /transcribe")
+    serve.add_argument("--host", help="default: serve.host (127.0.0.1)")
+    serve.add_argument("--port", type=int, help="default: serve.port")
+    serve.add_argument("--score-model", type=Path, help="score model folder")
+    serve.add_argument("--speech-model", type=Path, help="speech model folder")
+    serve.add_argument("--max-upload-mb", type=float, help="default: serve.max_upload_mb")
+    _common(serve)
+    serve.set_defaults(handler=run_serve)
+
+
+def handle(args: argparse.Namespace) -> int:
+    """Run the command; bad input or a missing model -> its message on stderr and exit 2."""
+    _log_to_stderr()
+    try:
+        return args.handler(args)
+    except CommandError as err:
+        print(f"sonfolio {args.command}: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+def _log_to_stderr() -> None:
+    from rich.console import Console
+    from rich.logging import RichHandler
+
+    handler = RichHandler(console=Console(stderr=True), show_path=False, rich_tracebacks=False)
+    logging.basicConfig(
+        level=logging.INFO, format="%(message)s", datefmt="[%X]", handlers=[handler]
+    )
+
+
+def _params(path: Path) -> Any:
+    from sonfolio.config import ParamsError, load_params
+
+    try:
+        return load_params(path)
+    except ParamsError as err:
+        raise CommandError(f"{err}\n(the commands read infer/serve settings from it)") from None
+
+
+def _model(args_model: Path | None, track: str, params: Any, threads: int | None, device: str):
+    from sonfolio.infer.run import ModelUnavailable, check_fit, default_model, load_model
+
+    folder = args_model
+    if folder is None:
+        folder, why = default_model(track, params.paths, params.infer.variant)
+        log.info("%s model: %s, %s", track, folder, why)
+    else:
+        log.info("%s model: %s (given on the command line)", track, folder)
+    try:
+        variant = load_model(folder, track, threads, device)
+        check_fit(variant, params.infer)
+        return variant
+    except ModelUnavailable as err:
+        raise CommandError(str(err)) from None
+
+
+def _inputs(paths: list[Path], opener: Any) -> list[tuple[str, Any]]:
+    """Decode every input before a model loads, so a bad file fails at once."""
+    from sonfolio.infer.inputs import BadInput
+
+    out = []
+    for path in paths:
+        try:
+            out.append((str(path), opener(path, str(path))))
+        except BadInput as err:
+            raise CommandError(str(err)) from None
+    return out
+
+
+def _write(text: str, output: Path | None) -> None:
+    if output is None:
+        sys.stdout.write(text)
+        return
+    try:
+        output.write_text(text, encoding="utf-8")
+    except OSError as err:
+        raise CommandError(f"cannot write {output}: {err.strerror}") from None
+    log.info("wrote %s", output)
+
+
+def run_read(args: argparse.Namespace) -> int:
+    from sonfolio.infer import formats
+    from sonfolio.infer.inputs import open_image
+    from sonfolio.infer.run import read_image
+
+    params = _params(args.params)
+    images = _inputs(args.images, open_image)
+    variant = _model(args.model, "score", params, args.threads, args.device)
+    results = []
+    for name, image in images:
+        reading = read_image(variant, image, args.page, params.infer)
+        log.info("%s: %d systems", name, len(reading.systems))
+        results.append((name, reading))
+    if args.format == "json":
+        out = formats.read_json(variant.name, results)
+    elif args.format == "ly":
+        out = formats.read_lilypond(results)
+    else:
+        out = formats.read_text(results)
+    _write(out, args.output)
+    return 0
+
+
+def run_transcribe(args: argparse.Namespace) -> int:
+    from sonfolio.infer import formats
+    from sonfolio.infer.inputs import open_audio
+    from sonfolio.infer.run import transcribe
+    from sonfolio.speech.audio import SAMPLE_RATE
+
+    params = _params(args.params)
+    clips = _inputs(args.audio, open_audio)
+    variant = _model(args.model, "speech", params, args.threads, args.device)
+    results = []
+    for name, audio in clips:
+        chunks, text = transcribe(variant, audio, params.infer)
+        results.append(formats.transcript_result(name, audio.size / SAMPLE_RATE, chunks, text))
+    if args.format == "json":
+        out = formats.transcripts_json(variant.name, results)
+    else:
+        out = formats.transcripts_text(results)
+    _write(out, args.output)
+    return 0
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from sonfolio.infer.run import default_model
+    from sonfolio.serve import create_app
+
+    params = _params(args.params)
+    cfg = params.serve
+    host, port = args.host or cfg.host, args.port or cfg.port
+    models = {}
+    for track, given in (("score", args.score_model), ("speech", args.speech_model)):
+        if given is None:
+            folder, _ = default_model(track, params.paths, params.infer.variant)
+            if not folder.is_dir():  # serve what exists; the other endpoint answers 503
+                log.warning("no %s model at %s: /%s answers 503", track, folder, _ROUTE[track])
+                models[track] = None
+                continue
+        models[track] = _model(given, track, params, args.threads, args.device)
+    if not any(models.values()):
+        raise CommandError("no model to serve: train one, or pass --score-model/--speech-model")
+    app = create_app(
+        params.infer, args.max_upload_mb or cfg.max_upload_mb, models["score"], models["speech"]
+    )
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        log.warning("listening on %s: reachable from other machines, with no authentication", host)
+    uvicorn.run(app, host=host, port=port, log_level="info")
+    return 0

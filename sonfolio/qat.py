@@ -1,0 +1,197 @@
+"""Quantization-aware training with torchao, on the training engine.
+
+torchao's QAT API (`QATConfig`): `prepare` swaps every nn.Linear for one that fake-quantizes
+its weights (and, for int8, its activations) in the forward pass, so fine-tuning learns weights
+that survive rounding; `convert` with no base config strips the fake quantization and leaves
+plain Linear layers holding the QAT-trained weights. That plain model is what is saved
+(`save_pretrained`, the transformers class as ever) and exported: torchao's own converted
+int8 modules do not export to ONNX (docs/export.md), so ONNX Runtime quantizes the QAT weights
+on the same grid they were trained for.
+
+Schemes (params: <track>_qat.schemes):
+- int8: int8 dynamic per-token activations, int8 symmetric per-channel weights
+  (`Int8DynamicActivationIntxWeightConfig`): what ONNX Runtime's dynamic int8 runs.
+- int4: int4 symmetric group-wise weights, activations in float (`IntxWeightOnlyConfig` with
+  `PerGroup(group_size)`): what ONNX Runtime's MatMulNBits runs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from torch import nn
+from transformers import PreTrainedModel
+
+from sonfolio.config import EngineOptions, QatTrain
+from sonfolio.io import staged_dir, write_json
+from sonfolio.train import checkpoint
+from sonfolio.train.device import choose_precision, detect_backend
+from sonfolio.train.engine import RunPaths, Track, train
+
+log = logging.getLogger(__name__)
+
+Scheme = Literal["int8", "int4"]
+
+
+def base_config(scheme: Scheme, group_size: int):
+    """The torchao config whose numerics the fake quantization imitates."""
+    # imported here: torchao is heavy and prints kernel-loading warnings at import
+    from torchao.quantization import Int8DynamicActivationIntxWeightConfig, IntxWeightOnlyConfig
+    from torchao.quantization.granularity import PerAxis, PerGroup
+
+    if scheme == "int8":
+        return Int8DynamicActivationIntxWeightConfig(
+            weight_dtype=torch.int8, weight_granularity=PerAxis(0)
+        )
+    return IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(group_size))
+
+
+def _quantizable(module: nn.Module, fqn: str) -> bool:
+    """Every Linear whose input width the int4 groups divide (all of them in our models)."""
+    return isinstance(module, nn.Linear)
+
+
+def prepare(model: PreTrainedModel, scheme: Scheme, group_size: int) -> int:
+    """Insert fake quantization into `model` in place; returns the number of Linear layers.
+
+    Raises:
+        ValueError: an int4 group size that does not divide some Linear's input width.
+    """
+    from torchao.quantization import quantize_
+    from torchao.quantization.qat import QATConfig
+
+    linears = [(n, m) for n, m in model.named_modules() if isinstance(m, nn.Linear)]
+    if scheme == "int4":
+        bad = [n for n, m in linears if m.in_features % group_size]
+        if bad:
+            raise ValueError(
+                f"int4 group_size {group_size} does not divide the input width of {bad[:3]}: "
+                "set <track>_qat.int4_group_size to a divisor (32 or 64 usually)"
+            )
+    quantize_(
+        model, QATConfig(base_config(scheme, group_size), step="prepare"), filter_fn=_quantizable
+    )
+    log.info("QAT %s: fake quantization in %d Linear layers", scheme, len(linears))
+    return len(linears)
+
+
+def convert(model: PreTrainedModel) -> PreTrainedModel:
+    """Strip the fake quantization, keeping the QAT-trained weights (plain nn.Linear again)."""
+    from torchao.quantization import quantize_
+    from torchao.quantization.qat import QATConfig
+
+    quantize_(model, QATConfig(step="convert"))
+    left = [n for n, m in model.named_modules() if type(m).__name__.startswith("FakeQuantized")]
+    if left:
+        raise RuntimeError(f"fake quantization left in {left[:3]} after convert")
+    return model
+
+
+def train_schemes(
+    stage: str,
+    cfg: QatTrain,
+    opts: EngineOptions,
+    load: Callable[[Path], PreTrainedModel],
+    fp32: Path,
+    make_track: Callable[[PreTrainedModel], Track],
+    save: Callable[[PreTrainedModel, Path], None],
+    inputs: list[Path],
+    out: Path,
+    checkpoints: Path,
+    live: Path | None,
+) -> tuple[dict[str, Any], list[Path]]:
+    """QAT-train a fresh copy of the FP32 model in `fp32` (`load` reads a model folder, ready
+    to train) per scheme; `save` writes each
+    converted model into `out/<scheme>/` (a folder the caller has staged). Returns the
+    metrics per scheme and the checkpoint folders, for the caller to remove once `out` is in
+    place.
+
+    Resumable: each scheme has its own checkpoint folder, and a finished scheme leaves its
+    converted model there (`done/`) until every scheme is saved, so a crash in the second
+    scheme does not redo the first. `inputs` (data, tokenizer and FP32 model files) key the
+    checkpoints with the config.
+    """
+    metrics: dict[str, Any] = {}
+    folders = []
+    for scheme in cfg.schemes:
+        key = checkpoint.fingerprint(
+            {"cfg": cfg.model_dump(), "opts": opts.model_dump(), "scheme": scheme}, inputs
+        )
+        folder = checkpoint.run_folder(checkpoints, f"{stage}/{scheme}", key)
+        folders.append(folder)
+        done = folder / "done"
+        if (done / "metrics.json").is_file():
+            log.info("%s %s: already trained in %s", stage, scheme, done)
+            model = load(done)
+            result_metrics = json.loads((done / "metrics.json").read_text())
+        else:
+            model = load(fp32)
+            prepare(model, scheme, cfg.int4_group_size)
+            scheme_live = live / scheme if live else None
+            paths = RunPaths(folder, scheme_live, checkpoints / "micro_batch.json")
+            result = train(make_track(model), cfg, opts, paths)
+            if not result.accelerator.is_main_process:
+                continue
+            model = convert(result.model)
+            result_metrics = {**result.metrics, "scheme": scheme}
+            tmp = folder / ".done.tmp"
+            shutil.rmtree(tmp, ignore_errors=True)
+            model.save_pretrained(str(tmp))
+            write_json(tmp / "metrics.json", result_metrics)
+            tmp.rename(done)
+        save(model, out / scheme)
+        metrics[scheme] = result_metrics
+    return metrics, folders
+
+
+def run_stage(
+    stage: str,
+    cfg: QatTrain,
+    opts: EngineOptions,
+    load: Callable[[Path], PreTrainedModel],
+    fp32: Path,
+    make_track: Callable[[PreTrainedModel], Track],
+    inputs: list[Path],
+    out: Path,
+    metrics_path: Path,
+    checkpoints: Path,
+    live: Path | None,
+) -> dict[str, Any]:
+    """A QAT stage: every scheme of `cfg` trained from the model in `fp32`, each converted
+    model saved with the FP32 folder's tokenizer and processor under `out/<scheme>/`; `out`
+    appears only when all are done.
+
+    Raises:
+        FileNotFoundError (no trained model), DeviceCannotDo, TooManyBadSamples,
+        TrainingDiverged, ValueError.
+    """
+    choose_precision(opts.precision, detect_backend())  # what the device cannot do fails first
+    train_stage = stage.replace("_qat", "_train")
+    if not (fp32 / "config.json").is_file():
+        raise FileNotFoundError(f"{fp32} holds no trained model: run `dvc repro {train_stage}`")
+    extras = [p for p in fp32.iterdir() if p.suffix == ".json" and not _model_file(p.name)]
+
+    def save(model: PreTrainedModel, folder: Path) -> None:
+        model.save_pretrained(str(folder))
+        for path in extras:  # tokenizer and image processor / feature extractor files
+            shutil.copy2(path, folder / path.name)
+
+    inputs = [*inputs, *sorted(fp32.glob("*.safetensors"))]
+    with staged_dir(out) as tmp:
+        metrics, folders = train_schemes(
+            stage, cfg, opts, load, fp32, make_track, save, inputs, tmp, checkpoints, live
+        )
+    write_json(metrics_path, metrics)
+    for folder in folders:
+        shutil.rmtree(folder)  # finished: nothing left to resume
+    return metrics
+
+
+def _model_file(name: str) -> bool:
+    return name in ("config.json", "generation_config.json")

@@ -1,0 +1,302 @@
+"""Model variants: one trained model in any of its saved forms, ready to decode greedily.
+
+A variant is a folder. Either a PyTorch folder (`save_pretrained`: config.json,
+model.safetensors, tokenizer, processor) or an ONNX folder in optimum's layout
+(encoder_model.onnx, decoder_model_merged.onnx or decoder_model.onnx +
+decoder_with_past_model.onnx, config.json, generation_config.json, tokenizer, processor), as
+written by the export stages under ${paths.score_export}/<variant>/ and
+${paths.speech_export}/<variant>/. The track comes from config.json: a
+vision-encoder-decoder model reads scores, a whisper model hears speech.
+
+ONNX folders load with optimum's ORTModelForVision2Seq / ORTModelForSpeechSeq2Seq, on
+CUDAExecutionProvider when onnxruntime has it and device allows, else on CPU; PyTorch ones on
+CUDA when torch sees a GPU. Every choice is logged with its reason.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import (
+    AutoTokenizer,
+    PreTrainedTokenizerBase,
+    VisionEncoderDecoderModel,
+    ViTImageProcessor,
+    WhisperFeatureExtractor,
+    WhisperForConditionalGeneration,
+)
+
+log = logging.getLogger(__name__)
+
+TRACKS = {"vision-encoder-decoder": "score", "whisper": "speech"}
+TORCH_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
+ENCODER = "encoder_model.onnx"
+DECODERS = (  # optimum's standard names: a merged decoder, or a decoder + one with past
+    ("decoder_model_merged.onnx",),
+    ("decoder_model.onnx", "decoder_with_past_model.onnx"),
+)
+
+
+class VariantError(ValueError):
+    """A variant folder that cannot be loaded; the message names the file and the fix."""
+
+
+@dataclass
+class Variant:
+    """One model ready to decode.
+
+    Attributes:
+        name: the folder's name, e.g. "score_fp32", "fp32", "int8_ptq".
+        kind: "torch" or "onnx".
+        track: "score" or "speech".
+        tokenizer: the folder's tokenizer.
+        processor: ViTImageProcessor (score) or WhisperFeatureExtractor (speech).
+        folder: where it was loaded from.
+        device: where it runs: "cpu", "cuda" (torch) or the ORT provider's name.
+    """
+
+    name: str
+    kind: str
+    track: str
+    tokenizer: PreTrainedTokenizerBase
+    processor: Any
+    folder: Path
+    device: str
+    model: Any = field(repr=False)
+
+    @property
+    def input_name(self) -> str:
+        """The model's input: "pixel_values" (score) or "input_features" (speech)."""
+        return "pixel_values" if self.track == "score" else "input_features"
+
+    @torch.no_grad()
+    def generate(self, inputs: torch.Tensor, max_new_tokens: int) -> list[str]:
+        """Greedy decoding (one beam, no sampling) of a batch.
+
+        Args:
+            inputs: score: (B, 1, H, W) float pixels in [0, 1], ink = 1
+                (sonfolio.score.batches); speech: (B, mel bins, frames) log-mel features
+                (sonfolio.speech.batches).
+            max_new_tokens: decoding limit per sample.
+
+        Returns:
+            B texts, special tokens removed.
+        """
+        if self.kind == "torch":
+            inputs = inputs.to(self.model.device)
+        limit = decoder_positions(self.model.config) - 1  # the start token takes a position
+        ids = self.model.generate(
+            inputs, max_new_tokens=min(max_new_tokens, limit), num_beams=1, do_sample=False
+        )
+        return self.tokenizer.batch_decode(ids, skip_special_tokens=True)
+
+
+def decoder_positions(config: Any) -> int:
+    """How many tokens the decoder can see (start token included)."""
+    if getattr(config, "model_type", "") == "whisper":
+        return config.max_target_positions
+    dec = config.decoder
+    for key in ("n_positions", "max_position_embeddings"):  # GPT-2, TrOCR/BERT
+        if getattr(dec, key, None):
+            return getattr(dec, key)
+    raise VariantError(f"the decoder config ({dec.model_type}) states no maximum length")
+
+
+def load(folder: Path, threads: int | None = None, device: str = "auto") -> Variant:
+    """Load a PyTorch or ONNX variant folder.
+
+    Args:
+        folder: the variant's folder.
+        threads: CPU threads for inference (torch intra-op / ORT intra_op_num_threads);
+            None: the library's default (all cores).
+        device: "auto" (a GPU when present), "cpu" or "cuda".
+
+    Raises:
+        VariantError: the folder, its config, tokenizer, processor or a model file is missing
+            or unreadable (the message names the file).
+    """
+    folder = Path(folder)
+    if device not in ("auto", "cpu", "cuda"):
+        raise VariantError(f"device = {device!r}: use auto, cpu or cuda")
+    if not folder.is_dir():
+        raise VariantError(f"{folder} is not a folder: train or export the model first")
+    track = _track(folder)
+    tokenizer, processor = _preprocessing(folder, track)
+    onnx_files = sorted(folder.glob("*.onnx"))
+    if onnx_files:
+        model, where = _load_onnx(folder, track, threads, device)
+        kind = "onnx"
+    elif any((folder / w).is_file() for w in TORCH_WEIGHTS):
+        model, where = _load_torch(folder, track, threads, device)
+        kind = "torch"
+    else:
+        raise VariantError(
+            f"{folder} holds neither {TORCH_WEIGHTS[0]} (a PyTorch model) nor {ENCODER} "
+            "(an ONNX export): rerun the stage that writes it"
+        )
+    log.info("variant %s: %s %s model on %s", folder.name, kind, track, where)
+    return Variant(folder.name, kind, track, tokenizer, processor, folder, where, model)
+
+
+def discover(fp32_dir: Path, export_dir: Path | None) -> list[Path]:
+    """The FP32 PyTorch folder, then every exported variant folder present (sorted by name).
+
+    A subfolder of `export_dir` counts as a variant when it holds an ONNX file or PyTorch
+    weights; `export_dir` may be None or absent (nothing exported yet).
+    """
+    found = [Path(fp32_dir)]
+    if export_dir is None or not Path(export_dir).is_dir():
+        return found
+    for sub in sorted(p for p in Path(export_dir).iterdir() if p.is_dir()):
+        if any(sub.glob("*.onnx")) or any((sub / w).is_file() for w in TORCH_WEIGHTS):
+            found.append(sub)
+        else:
+            log.info("%s holds no model file: not a variant, skipped", sub)
+    return found
+
+
+def _track(folder: Path) -> str:
+    path = folder / "config.json"
+    try:
+        model_type = json.loads(path.read_text(encoding="utf-8"))["model_type"]
+    except FileNotFoundError as err:
+        raise VariantError(f"{path} is missing: not a saved model folder") from err
+    except (json.JSONDecodeError, KeyError, UnicodeDecodeError) as err:
+        raise VariantError(f"{path} is not a model config ({err}): re-save the model") from err
+    if model_type not in TRACKS:
+        raise VariantError(
+            f"{path}: model_type {model_type!r} is neither a score model "
+            "(vision-encoder-decoder) nor a speech model (whisper)"
+        )
+    return TRACKS[model_type]
+
+
+def _preprocessing(folder: Path, track: str) -> tuple[PreTrainedTokenizerBase, Any]:
+    for name in ("tokenizer.json", "preprocessor_config.json"):
+        if not (folder / name).is_file():
+            raise VariantError(
+                f"{folder / name} is missing: a variant folder needs the tokenizer and the "
+                "processor saved beside the model (copy them from the FP32 model folder)"
+            )
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(folder))
+        cls = ViTImageProcessor if track == "score" else WhisperFeatureExtractor
+        processor = cls.from_pretrained(str(folder))
+    except (OSError, ValueError) as err:
+        raise VariantError(f"{folder}: tokenizer or processor unreadable: {err}") from err
+    return tokenizer, processor
+
+
+def _torch_device(device: str) -> str:
+    if device == "cuda" and not torch.cuda.is_available():
+        raise VariantError("device = cuda but torch sees no GPU: use device auto or cpu")
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def _load_torch(folder: Path, track: str, threads: int | None, device: str) -> tuple[Any, str]:
+    if threads:
+        torch.set_num_threads(threads)
+    cls = VisionEncoderDecoderModel if track == "score" else WhisperForConditionalGeneration
+    try:
+        model = cls.from_pretrained(str(folder))
+    except (OSError, ValueError, RuntimeError) as err:
+        raise VariantError(
+            f"{folder}: the PyTorch weights could not be loaded ({err}): re-save the model"
+        ) from err
+    where = _torch_device(device)
+    return model.to(where).eval(), where
+
+
+def _provider(device: str) -> str:
+    import onnxruntime as ort
+
+    available = ort.get_available_providers()
+    has_cuda = "CUDAExecutionProvider" in available
+    if device == "cuda" and not has_cuda:
+        raise VariantError(
+            "device = cuda but onnxruntime has no CUDAExecutionProvider "
+            f"(available: {available}): install onnxruntime-gpu, or use device auto or cpu"
+        )
+    if device in ("auto", "cuda") and has_cuda and torch.cuda.is_available():
+        return "CUDAExecutionProvider"
+    if device == "auto":
+        log.info("ONNX Runtime on CPU: CUDAExecutionProvider not available (%s)", available)
+    return "CPUExecutionProvider"
+
+
+def _onnx_files(folder: Path) -> list[Path]:
+    """The standard files that optimum will load, or an error naming the missing one."""
+    if not (folder / ENCODER).is_file():
+        raise VariantError(f"{folder / ENCODER} is missing: rerun the export stage")
+    for names in DECODERS:
+        if all((folder / n).is_file() for n in names):
+            return [folder / ENCODER, *(folder / n for n in names)]
+    raise VariantError(
+        f"{folder / DECODERS[0][0]} is missing (nor {' + '.join(DECODERS[1])}): rerun the "
+        "export stage; optimum expects its standard file names"
+    )
+
+
+def _load_onnx(folder: Path, track: str, threads: int | None, device: str) -> tuple[Any, str]:
+    import onnxruntime as ort
+    from optimum.onnxruntime import ORTModelForSpeechSeq2Seq, ORTModelForVision2Seq
+
+    files = _onnx_files(folder)
+    provider = _provider(device)
+    options = ort.SessionOptions()
+    if threads:
+        options.intra_op_num_threads = threads
+    cls = ORTModelForVision2Seq if track == "score" else ORTModelForSpeechSeq2Seq
+    try:
+        model = cls.from_pretrained(str(folder), provider=provider, session_options=options)
+    except Exception as err:  # onnxruntime raises its own pybind exception types
+        bad = _unreadable(files)
+        if bad is not None:
+            raise VariantError(
+                f"{bad} is not a readable ONNX model ({err}): rerun the export stage"
+            ) from err
+        raise VariantError(f"{folder}: ONNX Runtime could not load the model: {err}") from err
+    return model, provider
+
+
+def _unreadable(files: list[Path]) -> Path | None:
+    """The first file that does not parse as an ONNX model (a protobuf parse, no weights)."""
+    import onnx
+
+    for path in files:
+        try:
+            onnx.load(str(path), load_external_data=False)
+        except Exception:  # protobuf's DecodeError and onnx's own errors: any means unreadable
+            return path
+    return None
+
+
+def eval_rows(rows: list[dict], split: str, cap: int | None, seed: int) -> list[dict]:
+    """The manifest rows of `split` that every variant is evaluated on: all of them, or a
+    seeded random `cap` (the same for every variant and run), in manifest order."""
+    chosen = [r for r in rows if r["split"] == split]
+    if cap is not None and len(chosen) > cap:
+        keep = set(random.Random(f"{seed}-{split}").sample(range(len(chosen)), cap))
+        chosen = [r for i, r in enumerate(chosen) if i in keep]
+    return chosen
+
+
+def add_deltas(per_variant: dict[str, dict], reference: str, keys: tuple[str, ...]) -> None:
+    """Add `delta_<key>` (variant minus reference, per split) to every variant's metrics, so
+    quantization's quality cost is a number in the metrics, not an assumption.
+
+    `per_variant` maps a variant name to {"splits": {split: {key: value, ...}}, ...}.
+    """
+    for name, entry in per_variant.items():
+        for split, m in entry["splits"].items():
+            ref = per_variant[reference]["splits"][split]
+            for key in keys:
+                m[f"delta_{key}"] = round(m[key] - ref[key], 4) if name != reference else 0.0

@@ -1,0 +1,137 @@
+"""Stage score_bench: every score variant on the same test systems, in one run.
+
+Run:    dvc repro score_bench      (or: python -m tasks.score_bench)
+Reads:  params.yaml (bench, score_bench, export.quantize, score_train.decode_max_tokens, paths),
+        ${paths.score_data}/ (test split), ${paths.score_model}/ (torch FP32),
+        ${paths.score_export}/<variant>/ (ONNX variants)
+Writes: ${paths.metrics}/score_bench.json: per variant size, peak RSS, latency (encoder ms,
+        decoder ms per token, end to end; p50, p95), throughput at batch 1 and batch N, symbol
+        error rate (TER), its increase over torch FP32 and the gate status, and the conditions
+
+Variants: torch FP32, torch bf16 (where the device has it), ORT fp32 / int8 / int4 (PTQ, and
+QAT once exported). See sonfolio/bench.py for how each figure is measured.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from transformers import AutoTokenizer
+
+from sonfolio.bench import Case, Track, bench_track, bf16_support, finish
+from sonfolio.config import Bench, Export, ScoreBench, load_params
+from sonfolio.evaluation import token_error_rate
+from sonfolio.export import ONNX_FILES, variant_names
+from sonfolio.io import read_jsonl
+from sonfolio.logs import setup_logging
+from sonfolio.score.batches import load_image, to_pixel_values
+
+log = logging.getLogger(__name__)
+
+STAGE = "score_bench"
+
+
+def torch_cases(model: Path) -> tuple[list[Case], dict[str, str]]:
+    """torch FP32, and bf16 where the device computes it natively (else why not)."""
+    cases = [Case("torch_fp32", "torch", str(model))]
+    ok, reason = bf16_support()
+    log.info("torch bf16: %s", reason)
+    if ok:
+        return [*cases, Case("torch_bf16", "torch", str(model), "bf16")], {}
+    return cases, {"torch_bf16": f"not measured: {reason}"}
+
+
+def onnx_cases(export_cfg: Export, export_dir: Path) -> tuple[list[Case], dict[str, str]]:
+    cases, absent = [], {}
+    for name in variant_names(export_cfg):
+        folder = export_dir / name
+        if folder.is_dir():
+            cases.append(Case(f"ort_{name}", "ort", str(folder)))
+        else:
+            absent[f"ort_{name}"] = f"not built: no {folder} (run the export stage)"
+    return cases, absent
+
+
+def sizes_of(cases: list[Case]) -> dict[str, int]:
+    def size(case: Case) -> int:
+        folder = Path(case.folder)
+        if case.runtime == "ort":
+            return sum((folder / f).stat().st_size for f in ONNX_FILES)
+        if case.runtime == "ct2":
+            return (folder / "model.bin").stat().st_size
+        per_param = 2 if case.dtype == "bf16" else 1  # bf16 halves the FP32 file in memory
+        return sum(f.stat().st_size for f in folder.glob("*.safetensors")) // per_param
+
+    return {c.name: size(c) for c in cases}
+
+
+def run(
+    cfg: Bench,
+    gate: ScoreBench,
+    export_cfg: Export,
+    decode_max_tokens: int,
+    data: Path,
+    model: Path,
+    export_dir: Path,
+    metrics_path: Path,
+) -> dict[str, Any]:
+    """Measure every variant; write and return the metrics.
+
+    Raises:
+        QualityGateFailed (sonfolio.bench): past max_ter_increase, with fail_on_gate set.
+    """
+    tok = AutoTokenizer.from_pretrained(str(model))
+    rows = [r for r in read_jsonl(data / "manifest.jsonl") if r["split"] == "test"][: cfg.samples]
+    if not rows:
+        raise ValueError(f"{data}/manifest.jsonl has no test rows: rerun score_data")
+    shape = json.loads((model / "config.json").read_text())["encoder"]["image_size"]
+    images = np.stack([load_image(data / r["image"], *shape) for r in rows])
+    cases, absent = torch_cases(model)
+    more, gone = onnx_cases(export_cfg, export_dir)
+    refs = [r["text"] for r in rows]
+
+    def score(outputs: list[list[int]]) -> dict[str, Any]:
+        hyps = tok.batch_decode(outputs, skip_special_tokens=True)
+        return {"ter": round(token_error_rate(refs, hyps), 4)}
+
+    track = Track(
+        name="score",
+        stage=STAGE,
+        cases=cases + more,
+        sizes=sizes_of(cases + more),
+        absent={**absent, **gone},
+        inputs=to_pixel_values(images).numpy(),
+        quality_tokens=decode_max_tokens,
+        prompt=[tok.bos_token_id],
+        eos_id=tok.eos_token_id,
+        gate_metric="ter",
+        max_increase=gate.max_ter_increase,
+    )
+    with tempfile.TemporaryDirectory(prefix="score_bench-") as tmp:
+        metrics, failures = bench_track(track, cfg, score, Path(tmp))
+    return finish(metrics, failures, cfg, metrics_path, STAGE)
+
+
+def main() -> None:
+    setup_logging()
+    params = load_params()
+    paths = params.paths
+    run(
+        params.bench,
+        params.score_bench,
+        params.export,
+        params.score_train.decode_max_tokens,
+        paths.score_data,
+        paths.score_model,
+        paths.score_export,
+        paths.metrics / f"{STAGE}.json",
+    )
+
+
+if __name__ == "__main__":
+    main()

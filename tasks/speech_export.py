@@ -1,0 +1,85 @@
+"""Stage speech_export: the speech model as ONNX variants that optimum's ORTModel loads as is.
+
+Run:    dvc repro speech_export      (or: python -m tasks.speech_export)
+Reads:  params.yaml (export, speech_export, paths), ${paths.speech_model}/ (the FP32 model)
+Writes: ${paths.speech_export}/{fp32,int8_ptq,int4_ptq}/ (encoder_model.onnx,
+        decoder_model_merged.onnx, configs, tokenizer, feature extractor, README.md model card),
+        ${paths.metrics}/speech_export.json (per variant: bytes per file and total, size ratio
+        to FP32, FP32 MatMul weights left)
+
+The QAT variants (int8_qat, int4_qat) are listed as not built until a QAT model is passed as
+`qat_model` (docs/export.md).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from sonfolio.config import Export, TrackExport, load_params
+from sonfolio.export import TrackSpec, export_track, sources
+from sonfolio.io import write_json
+from sonfolio.logs import setup_logging
+
+log = logging.getLogger(__name__)
+
+STAGE = "speech_export"
+TRACK = TrackSpec(
+    task="automatic-speech-recognition-with-past",
+    ort_class="ORTModelForSpeechSeq2Seq",
+    pipeline_tag="automatic-speech-recognition",
+    title="Sonfolio French speech recognition (Whisper architecture)",
+    summary="A small Whisper trained from scratch on French speech, exported to ONNX with its "
+    "KV cache (merged decoder).",
+    data="French sentences spoken by espeak-ng voices (synthetic), or the hub corpus set in "
+    "params.yaml speech_data.hub (docs/speech.md)",
+    train_stage="speech_train",
+    export_stage=STAGE,
+    bench_stage="speech_bench",
+)
+
+
+def run(
+    cfg: Export,
+    card: TrackExport,
+    fp32_model: Path,
+    qat_model: Path | None,
+    out: Path,
+    metrics_path: Path,
+) -> dict[str, Any]:
+    """Export `fp32_model` (and the QAT model(s) under `qat_model` when given: one folder per
+    scheme, int8/ and int4/, or one HF folder) into the variant folders under `out`.
+
+    Raises:
+        OnnxFileError: an export wrote no merged decoder, or an int8 file kept FP32 weights.
+    """
+    metrics = export_track(TRACK, cfg, card, sources(cfg, fp32_model, qat_model), out)
+    metrics["torch_fp32_bytes"] = sum(f.stat().st_size for f in fp32_model.glob("*.safetensors"))
+    write_json(metrics_path, metrics)
+    log.info(
+        "%s: %s",
+        STAGE,
+        {k: v.get("bytes", v.get("status")) for k, v in metrics.items() if isinstance(v, dict)},
+    )
+    return metrics
+
+
+def main() -> None:
+    setup_logging()
+    params = load_params()
+    paths = params.paths
+    # qat_model: None until the speech_qat stage exists; then paths.speech_qat (and the dep in
+    # dvc.yaml), nothing else.
+    run(
+        params.export,
+        params.speech_export,
+        paths.speech_model,
+        None,
+        paths.speech_export,
+        paths.metrics / f"{STAGE}.json",
+    )
+
+
+if __name__ == "__main__":
+    main()

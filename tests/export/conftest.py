@@ -1,0 +1,49 @@
+"""A tiny score model whose greedy outputs differ from image to image.
+
+Measured: 60 optimizer steps of tests/train/tiny.py's run collapse to one text for every
+image (the most common system), which would make an agreement rate meaningless. So the model
+is the real tiny architecture (sonfolio.score.model.build) with weights drawn wider than the
+default initialisation (std 0.05, not 0.02): its outputs then depend on the image, with
+margins that int8 rounding must preserve; seconds instead of minutes to make.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "train"))  # tests/train/tiny.py
+
+
+@pytest.fixture(scope="session")
+def tiny_score_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(model folder as score_train writes it, data folder with images and manifest)."""
+    from tiny import WIDTH, make_score_data, tiny_config
+    from transformers import AutoTokenizer, ViTImageProcessor
+
+    from sonfolio.score.model import build
+
+    root = tmp_path_factory.mktemp("export_tiny")
+    data = make_score_data(root / "data", {"train": 24, "val": 8, "test": 8})
+    tok = AutoTokenizer.from_pretrained(str(data / "tokenizer"))
+    cfg, _ = tiny_config()
+    torch.manual_seed(0)
+    model = build(cfg.model, tok, WIDTH).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 2 and "wpe" not in name:
+                p.normal_(0.0, 0.05)
+    out = root / "model"
+    model.save_pretrained(str(out))
+    tok.save_pretrained(str(out))
+    height, width = model.config.encoder.image_size
+    ViTImageProcessor(
+        do_resize=False,
+        do_rescale=False,
+        do_normalize=False,
+        size={"height": height, "width": width},
+    ).save_pretrained(str(out))
+    return out, data

@@ -1,0 +1,129 @@
+"""Stage score_eval end to end on a tiny trained model and its ONNX export: real LilyPond
+renders as input, metrics per variant and split, side-by-side images, predictions, plots data."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from eval_tiny import SHAPE, export, save_score
+from PIL import Image
+
+from sonfolio.config import Params
+from sonfolio.io import read_jsonl, write_jsonl
+from sonfolio.score.batches import load_image, to_pixel_values
+from sonfolio.score.lilypond import compile_systems
+from tasks.score_eval import run
+
+H = r"\clef treble \key c \major \time 4/4 "
+SYSTEMS = {
+    "test": [H + "c'4 d'4 e'4 f'4 | g'1", H + "e'2 g'2 | c''1", H + "g'4 g'4 a'2 | b'1"],
+    "heldout": [H + "c''1 | a'2 f'2", H + "d'4 f'4 a'4 c''4 | b'1"],
+}
+
+
+def make_data(root: Path, lilypond: Path) -> tuple[Path, list[str]]:
+    """images/<split>/N.png (real renders, long side 128 px) + manifest.jsonl."""
+    rows, texts = [], []
+    for split, systems in SYSTEMS.items():
+        done = compile_systems(systems, root / "render" / split, lilypond, resolution=100)
+        assert done.returncode == 0, done.log
+        (root / "data" / "images" / split).mkdir(parents=True)
+        for i, (text, png) in enumerate(zip(systems, done.pngs, strict=True)):
+            with Image.open(png) as raw:
+                img = raw.convert("L")
+            img.thumbnail((SHAPE[1], SHAPE[0]))
+            rel = f"images/{split}/{i}.png"
+            img.save(root / "data" / rel)
+            rows.append({"image": rel, "text": text, "piece": f"p{i}", "split": split})
+            texts.append(text)
+    write_jsonl(root / "data" / "manifest.jsonl", rows)
+    return root / "data", texts
+
+
+@pytest.fixture(scope="module")
+def evaluated(params: Params, lilypond: Path, tmp_path_factory: pytest.TempPathFactory):
+    root = tmp_path_factory.mktemp("score_eval")
+    data, texts = make_data(root, lilypond)
+    rows = read_jsonl(data / "manifest.jsonl")
+    pixels = to_pixel_values(np.stack([load_image(data / r["image"], *SHAPE) for r in rows]))
+    torch_dir = save_score(root / "score_fp32", texts, pixels, steps=15, max_length=128)
+    onnx_dir = export(torch_dir, root / "onnx" / "fp32", "image-to-text-with-past")
+    cfg = params.score_eval.model_copy(
+        update={
+            "decode_max_tokens": 30,
+            "threads": 1,
+            "worst_examples": 1,
+            "random_examples": 1,
+            "compile_batch": 4,
+            "render_dpi": 72,
+            "batch_size": 2,
+        }
+    )
+    out = root / "eval"
+    metrics = run(cfg, data, [torch_dir, onnx_dir], out, root / "metrics.json", lilypond)
+    return metrics, out, root
+
+
+@pytest.mark.slow
+def test_metrics_per_variant_and_split(evaluated):
+    metrics, _, root = evaluated
+    assert json.loads((root / "metrics.json").read_text()) == metrics
+    assert metrics["reference"] == "score_fp32"
+    assert list(metrics["variants"]) == ["score_fp32", "fp32"]
+    for name, entry in metrics["variants"].items():
+        assert entry["kind"] == ("torch" if name == "score_fp32" else "onnx")
+        assert set(entry["splits"]) == {"test", "heldout"}
+        for split, m in entry["splits"].items():
+            assert m["systems"] == len(SYSTEMS[split])
+            assert 0.0 <= m["compile_rate"] <= 1.0 and m["ser"] >= 0.0
+            counted = m["compiled"] + m["rejected_by_grammar"] + m["lilypond_errors"]
+            assert counted + m["timeouts"] == m["systems"]
+            assert set(m["errors_by_kind"]) >= {"pitch", "octave", "duration", "barline"}
+            assert "delta_ser" in m and "delta_compile_rate" in m
+    # The ONNX export of the same weights decodes the same systems: no quality cost.
+    assert metrics["variants"]["fp32"]["splits"]["test"]["delta_ser"] == 0.0
+
+
+@pytest.mark.slow
+def test_side_by_side_images_and_predictions(evaluated):
+    _, out, _ = evaluated
+    for variant in ("score_fp32", "fp32"):
+        for split, systems in SYSTEMS.items():
+            folder = out / "samples" / variant / split
+            preds = read_jsonl(folder / "predictions.jsonl")
+            assert [p["ref"] for p in preds] == systems
+            assert {p["sample"] for p in preds} - {None} == {"worst_01", "random_01"}
+            for name in ("worst_01", "random_01"):
+                with Image.open(folder / f"{name}.png") as img:
+                    # input + prediction (or "does not compile") + truth, stacked
+                    assert img.height > 3 * 18 and img.width >= 400
+
+
+@pytest.mark.slow
+def test_quality_csv_for_dvc_plots(evaluated):
+    _, out, _ = evaluated
+    with (out / "quality.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["variant"], r["split"]) for r in rows] == [
+        ("score_fp32", "test"),
+        ("score_fp32", "heldout"),
+        ("fp32", "test"),
+        ("fp32", "heldout"),
+    ]
+    assert all(0.0 <= float(r["compile_rate"]) <= 1.0 for r in rows)
+
+
+def test_a_speech_model_is_refused(params: Params, lilypond: Path, tmp_path: Path):
+    from eval_tiny import save_speech
+
+    from sonfolio.variants import VariantError
+
+    data, _ = make_data(tmp_path, lilypond)
+    speech = save_speech(tmp_path / "speech", params)
+    with pytest.raises(VariantError, match="not a score model"):
+        run(params.score_eval, data, [speech], tmp_path / "eval", tmp_path / "m.json", lilypond)
+    assert not (tmp_path / "eval" / "samples").exists()  # no output that looks complete

@@ -1,0 +1,227 @@
+"""`sonfolio read` and `sonfolio transcribe` on tiny models, real engravings and real speech."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import numpy as np
+import pytest
+import soundfile
+from infer_tiny import (
+    SPEECH_WINDOW_S,
+    SYSTEMS,
+    TINY_INFER,
+    params_file,
+    render_systems,
+    score_model,
+    speech_model,
+    speech_wav,
+    stack,
+)
+from PIL import Image
+
+from sonfolio.cli import main
+from sonfolio.infer.formats import read_lilypond
+from sonfolio.infer.page import Box
+from sonfolio.infer.run import Reading, SystemText, _problem, default_model
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory, params):
+    root = tmp_path_factory.mktemp("infer")
+    systems = render_systems(SYSTEMS)
+    systems[0].save(root / "system.png")
+    stack(systems)[0].save(root / "page.png")
+    (root / "notes.txt").write_text("not an image, not audio\n")
+    return {
+        "root": root,
+        "score": score_model(root / "score"),
+        "speech": speech_model(root / "speech", params),
+        "params": params_file(root, **TINY_INFER),
+        "wav": speech_wav(root / "short.wav"),
+        "long": speech_wav(root / "long.wav", seconds=2.5 * SPEECH_WINDOW_S),
+    }
+
+
+def cli(files, *argv):
+    return main([*argv, "--params", str(files["params"]), "--threads", "1", "--device", "cpu"])
+
+
+def read_json(files, capsys, *argv):
+    assert cli(files, "read", *argv, "--model", str(files["score"]), "--format", "json") == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_read_a_system_gives_one_text_for_the_whole_image(files, capsys):
+    out = read_json(files, capsys, str(files["root"] / "system.png"))
+    (image,) = out["images"]
+    (system,) = image["systems"]
+    with Image.open(files["root"] / "system.png") as img:
+        assert system["box"] == [0, 0, img.width, img.height]
+    assert isinstance(system["text"], str) and out["model"] == "score"
+    assert system["canonical"] == (system["problem"] is None)
+
+
+def test_read_a_page_finds_its_three_systems(files, capsys):
+    page = str(files["root"] / "page.png")
+    out = read_json(files, capsys, page)
+    boxes = [s["box"] for s in out["images"][0]["systems"]]
+    assert len(boxes) == 3
+    assert [b[1] for b in boxes] == sorted(b[1] for b in boxes)  # top to bottom
+    assert len(read_json(files, capsys, page, "--no-page")["images"][0]["systems"]) == 1
+
+
+def test_read_text_prints_one_line_per_system(files, capsys):
+    page = str(files["root"] / "page.png")
+    assert cli(files, "read", page, "--model", str(files["score"])) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 3
+
+
+def test_read_writes_a_lilypond_file_that_compiles(files, capsys, lilypond, tmp_path):
+    out = tmp_path / "page.ly"
+    page = str(files["root"] / "page.png")
+    assert (
+        cli(files, "read", page, "--model", str(files["score"]), "--format", "ly", "-o", str(out))
+        == 0
+    )
+    text = out.read_text()
+    listed = [line for line in text.splitlines() if line.startswith("% ") and " system " in line]
+    assert len(listed) == 3  # each system: its \score, or why it was left out
+    assert '\\include "lilypond-book-preamble.ly"' in text
+    done = subprocess.run(
+        [str(lilypond), "-dno-print-pages", "-o", str(tmp_path / "x"), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_lilypond_output_keeps_canonical_systems_and_comments_out_the_rest(lilypond, tmp_path):
+    hostile = '#(system "touch pwned") c\'4'
+    systems = [
+        SystemText(1, Box(0, 0, 10, 10), SYSTEMS[0], None),
+        SystemText(2, Box(0, 10, 10, 20), hostile, _problem(hostile)),
+        SystemText(3, Box(0, 20, 10, 30), SYSTEMS[1], None),
+    ]
+    assert systems[1].problem is not None
+    text = read_lilypond([("page.png", Reading(systems, 0.0))])
+    code = [line for line in text.splitlines() if not line.startswith("%")]
+    assert sum(line.startswith("\\score") for line in code) == 2
+    assert "#(" not in "\n".join(code)
+    path = tmp_path / "out.ly"
+    path.write_text(text)
+    done = subprocess.run(
+        [str(lilypond), "-dno-print-pages", "-o", str(tmp_path / "x"), str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_transcribe_cuts_two_and_a_half_windows_into_three_chunks(files, capsys):
+    argv = ["transcribe", str(files["long"]), "--model", str(files["speech"]), "--format", "json"]
+    assert cli(files, *argv) == 0
+    (result,) = json.loads(capsys.readouterr().out)["files"]
+    chunks = result["chunks"]
+    assert len(chunks) == 3
+    assert result["duration"] == pytest.approx(2.5 * SPEECH_WINDOW_S, abs=0.01)
+    assert chunks[0]["start"] == 0 and chunks[-1]["end"] == result["duration"]
+    assert all(c["end"] - c["start"] <= SPEECH_WINDOW_S for c in chunks)
+
+
+def test_transcribe_reads_flac_and_ogg_as_well_as_wav(files, capsys, tmp_path):
+    pcm, rate = soundfile.read(files["wav"], dtype="int16")
+    paths = [files["wav"]]
+    for ext in ("flac", "ogg"):
+        paths.append(tmp_path / f"clip.{ext}")
+        soundfile.write(paths[-1], pcm, rate)
+    assert cli(files, "transcribe", *map(str, paths), "--model", str(files["speech"])) == 0
+    out = capsys.readouterr().out
+    assert [line for line in out.splitlines() if line.startswith("==> ")] == [
+        f"==> {p} <==" for p in paths
+    ]
+
+
+@pytest.mark.parametrize(
+    ("command", "name", "message"),
+    [
+        ("read", "missing.png", "missing.png: no such file"),
+        ("read", "notes.txt", "notes.txt is not an image"),
+        ("transcribe", "missing.wav", "missing.wav: no such file"),
+        ("transcribe", "notes.txt", "notes.txt is not audio"),
+        ("transcribe", "system.png", "system.png is not audio"),
+    ],
+)
+def test_a_bad_input_file_is_named_with_exit_code_2(files, capsys, command, name, message):
+    model = files["score" if command == "read" else "speech"]
+    assert cli(files, command, str(files["root"] / name), "--model", str(model)) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_a_missing_or_wrong_model_folder_is_named_with_exit_code_2(files, capsys):
+    image = str(files["root"] / "system.png")
+    missing = files["root"] / "no_model"
+    assert cli(files, "read", image, "--model", str(missing)) == 2
+    assert f"{missing} is not a folder" in capsys.readouterr().err
+    assert cli(files, "read", image, "--model", str(files["speech"])) == 2
+    assert "holds a speech model; this needs a score model" in capsys.readouterr().err
+
+
+def test_a_bad_params_file_is_named_with_exit_code_2(files, capsys, tmp_path):
+    image = str(files["root"] / "system.png")
+    assert main(["read", image, "--params", str(tmp_path / "nope.yaml")]) == 2
+    assert "nope.yaml not found" in capsys.readouterr().err
+
+
+def test_an_empty_image_has_no_systems_and_says_so(files, capsys):
+    blank = files["root"] / "blank.png"
+    Image.fromarray(np.full((60, 200), 255, np.uint8)).save(blank)
+    out = read_json(files, capsys, str(blank), "--page")
+    assert out["images"][0]["systems"] == []
+
+
+def test_the_default_model_is_the_exported_variant_else_fp32(params, tmp_path):
+    paths = params.paths.model_copy(
+        update={"score_export": tmp_path / "onnx", "score_model": tmp_path / "fp32"}
+    )
+    folder, why = default_model("score", paths, "int8_ptq")
+    assert folder == tmp_path / "fp32" and "onnx/int8_ptq is absent" in why
+    (tmp_path / "onnx" / "int8_ptq").mkdir(parents=True)
+    folder, why = default_model("score", paths, "int8_ptq")
+    assert folder == tmp_path / "onnx" / "int8_ptq" and "infer.variant" in why
+
+
+def test_audio_cuts_that_do_not_fit_the_model_window_fail_at_load(files, capsys, tmp_path):
+    params = params_file(tmp_path, audio={"search_s": 1.5, "silence_db": -35.0, "overlap_s": 0.6})
+    argv = ["transcribe", str(files["wav"]), "--model", str(files["speech"])]
+    assert main([*argv, "--params", str(params)]) == 2
+    assert "infer.audio.search_s + overlap_s" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_read_and_transcribe_with_int8_onnx_exports(files, capsys, params):
+    """The default route: models exported and quantized by the export stages' own functions."""
+    from sonfolio.export import export_fp32, quantize_int8
+
+    exported = {}
+    for track, task in (
+        ("score", "image-to-text-with-past"),
+        ("speech", "automatic-speech-recognition-with-past"),
+    ):
+        fp32, int8 = files["root"] / f"{track}_onnx_fp32", files["root"] / f"{track}_int8"
+        export_fp32(files[track], fp32, task, params.export)
+        quantize_int8(fp32, int8, params.export)
+        exported[track] = int8
+    argv = [str(files["root"] / "page.png"), "--model", str(exported["score"]), "--format", "json"]
+    assert cli(files, "read", *argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["model"] == "score_int8" and len(out["images"][0]["systems"]) == 3
+    argv = [str(files["long"]), "--model", str(exported["speech"]), "--format", "json"]
+    assert cli(files, "transcribe", *argv) == 0
+    assert len(json.loads(capsys.readouterr().out)["files"][0]["chunks"]) == 3

@@ -1,0 +1,67 @@
+"""Long audio is cut into chunks that fit the model's window (sonfolio.infer.audio)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sonfolio.config import AudioChunks
+from sonfolio.infer.audio import join_texts, plan_chunks
+
+SR = 16_000
+CFG = AudioChunks(search_s=0.6, silence_db=-35.0, overlap_s=0.25)
+
+
+def voice(seconds: float, seed: int = 0) -> np.ndarray:
+    """Loud noise with a syllable-like envelope (4 Hz): never silent."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(seconds * SR)) / SR
+    return (0.3 * rng.standard_normal(t.size) * (0.6 + 0.4 * np.sin(2 * np.pi * 4 * t))).astype(
+        np.float32
+    )
+
+
+def with_pauses(seconds: float, pauses: list[tuple[float, float]]) -> np.ndarray:
+    x = voice(seconds)
+    for a, b in pauses:
+        x[int(a * SR) : int(b * SR)] = 0.0
+    return x
+
+
+def test_audio_within_the_window_is_one_chunk():
+    chunks = plan_chunks(voice(1.9), SR, 2.0, CFG)
+    assert [(c.start, c.end, c.overlaps) for c in chunks] == [(0, int(1.9 * SR), False)]
+
+
+def test_two_and_a_half_windows_are_cut_at_the_pauses_into_three_chunks():
+    x = with_pauses(5.0, [(1.6, 1.8), (3.3, 3.5)])  # a pause before each 2 s limit
+    chunks = plan_chunks(x, SR, 2.0, CFG)
+    assert len(chunks) == 3
+    assert [c.overlaps for c in chunks] == [False, False, False]
+    assert chunks[0].start == 0 and chunks[-1].end == x.size
+    assert 1.6 * SR <= chunks[0].end <= 1.8 * SR  # inside the first pause
+    assert 3.3 * SR <= chunks[1].end <= 3.5 * SR
+    assert all(b.start == a.end for a, b in zip(chunks, chunks[1:], strict=False))
+
+
+def test_without_a_pause_chunks_overlap_and_still_fit_the_window():
+    x = voice(5.0, seed=1)
+    chunks = plan_chunks(x, SR, 2.0, CFG)
+    assert chunks[0].start == 0 and chunks[-1].end == x.size
+    assert all(c.end - c.start <= 2.0 * SR for c in chunks)
+    assert all(c.end - c.start >= (2.0 - CFG.search_s) * SR for c in chunks[:-1])
+    for a, b in zip(chunks, chunks[1:], strict=False):
+        assert b.overlaps and a.end - b.start == int(CFG.overlap_s * SR)
+
+
+def test_settings_that_cannot_progress_are_refused_by_name():
+    cfg = AudioChunks(search_s=1.5, silence_db=-35.0, overlap_s=0.6)
+    with pytest.raises(ValueError, match=r"infer\.audio\.search_s \+ overlap_s"):
+        plan_chunks(voice(5.0), SR, 2.0, cfg)
+
+
+def test_words_heard_twice_in_an_overlap_are_kept_once():
+    texts = ["Il fait beau à", "à Paris, ce matin", "Ce matin."]
+    assert join_texts(texts, [False, True, False]) == "Il fait beau à Paris, ce matin Ce matin."
+    assert join_texts(["le chat dort", "Dort bien."], [False, True]) == "le chat dort bien."
+    assert join_texts(["un", "deux"], [False, True]) == "un deux"

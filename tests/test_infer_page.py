@@ -1,0 +1,67 @@
+"""A page image is cut into its staff systems (sonfolio.infer.page), on real LilyPond engravings."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from infer_tiny import SYSTEMS, render_systems, stack
+from PIL import Image
+
+from sonfolio.infer.page import deskew, find_staves, group_staves, split_page
+
+
+@pytest.fixture(scope="module")
+def systems():
+    return render_systems(SYSTEMS)
+
+
+def test_a_page_of_three_systems_is_cut_into_three_boxes_around_them(systems, params):
+    page, spans = stack(systems)
+    boxes = split_page(np.asarray(page), params.infer.page)
+    assert len(boxes) == 3
+    for box, (top, bottom), img in zip(boxes, spans, systems, strict=True):
+        # each box holds its whole system and nothing of the next one
+        assert top - 3 <= box.top <= top + img.height // 2
+        assert bottom - img.height // 2 <= box.bottom <= bottom + 3
+        assert box.right - box.left >= 0.9 * img.width
+
+
+@pytest.mark.parametrize("tilt", [2.0, -1.5])
+def test_a_tilted_page_is_straightened_then_cut_into_three(systems, params, tilt):
+    page, _ = stack(systems)
+    tilted = page.rotate(tilt, Image.Resampling.BICUBIC, expand=True, fillcolor=255)
+    assert len(find_staves(np.asarray(tilted), params.infer.page)) < 3  # lines break up
+    level, angle = deskew(tilted, params.infer.page.max_skew_deg)
+    assert angle == pytest.approx(-tilt, abs=0.15)
+    assert len(split_page(np.asarray(level), params.infer.page)) == 3
+
+
+def test_a_level_page_is_left_as_it_is(systems, params):
+    page, _ = stack(systems)
+    assert deskew(page, params.infer.page.max_skew_deg) == (page, 0.0)
+
+
+def test_a_single_system_has_one_staff(systems, params):
+    for img in systems:
+        assert len(find_staves(np.asarray(img), params.infer.page)) == 1
+
+
+def test_a_title_above_the_first_system_is_left_out(systems, params):
+    page, spans = stack(systems, margin=120)
+    page.paste(0, (40, 10, 400, 40))  # a black title bar far above the first staff
+    boxes = split_page(np.asarray(page), params.infer.page)
+    assert len(boxes) == 3
+    assert boxes[0].top > 40
+
+
+def test_a_blank_page_has_no_systems(params):
+    assert split_page(np.full((200, 300), 255, np.uint8), params.infer.page) == []
+
+
+def test_a_stray_line_before_a_staff_does_not_hide_it():
+    lines = [(0, 0)] + [(20 + 8 * i, 21 + 8 * i) for i in range(5)]  # a bracket, then a staff
+    assert group_staves(lines, 4) == [(20, 53)]
+
+
+def test_too_few_evenly_spaced_lines_are_not_a_staff():
+    assert group_staves([(10, 10), (18, 18), (26, 26)], 4) == []

@@ -1,0 +1,121 @@
+"""QAT stages on a trained tiny score model: one plain model folder per scheme, resumable
+mid-scheme and across schemes, bad group sizes refused before training."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from tiny import WIDTH, run_tiny, tiny_config
+
+from sonfolio import qat
+from sonfolio.score.model import load_trained
+from sonfolio.train.engine import Run
+
+
+@pytest.fixture(scope="module")
+def fp32(score_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("fp32")
+    run_tiny(score_data, out, max_steps=4, eval_every=4)
+    return out / "model"
+
+
+def run_qat(score_data: Path, fp32: Path, out: Path, **loop) -> dict:
+    from sonfolio.score.track import make_track
+
+    train_cfg, opts = tiny_config()
+    cfg_loop = {"max_steps": 4, "eval_every": 2, "checkpoint_every": 2, "ctc_weight": 0.0}
+    cfg_loop.update(loop)
+    schemes = cfg_loop.pop("schemes", ["int8", "int4"])
+    from sonfolio.config import QatTrain
+
+    fields = {k: v for k, v in train_cfg.model_dump().items() if k in QatTrain.model_fields}
+    cfg = QatTrain.model_validate(
+        {**fields, **cfg_loop, "schemes": schemes, "int4_group_size": 16, "lr": 3e-4}
+    )
+    return qat.run_stage(
+        "score_qat",
+        cfg,
+        opts,
+        load_trained,
+        fp32,
+        lambda m: make_track(train_cfg, score_data, score_data / "tokenizer", WIDTH, model=m)[0],
+        [score_data / "manifest.jsonl"],
+        out / "qat",
+        out / "metrics.json",
+        out / "checkpoints",
+        None,
+    )
+
+
+def test_each_scheme_gives_a_plain_model_with_trained_weights(score_data, fp32, tmp_path):
+    metrics = run_qat(score_data, fp32, tmp_path)
+    assert set(metrics) == {"int8", "int4"}
+    base = load_file(str(fp32 / "model.safetensors"))
+    for scheme in ("int8", "int4"):
+        folder = tmp_path / "qat" / scheme
+        assert (folder / "tokenizer.json").is_file()
+        assert (folder / "preprocessor_config.json").is_file()
+        model = load_trained(folder)
+        kinds = {type(m).__name__ for m in model.modules()}
+        assert not any(k.startswith("FakeQuantized") for k in kinds)
+        assert metrics[scheme]["steps"] == 4
+        tuned = load_file(str(folder / "model.safetensors"))
+        assert tuned.keys() == base.keys()  # no fake-quant state, no CTC head
+        moved = [k for k in base if not torch.equal(base[k], tuned[k])]
+        assert moved, f"{scheme}: QAT changed no weight"
+    assert not list((tmp_path / "checkpoints" / "score_qat").glob("*/*/step-*"))  # cleaned
+
+
+def test_interrupted_qat_resumes_to_the_uninterrupted_weights(
+    score_data, fp32, tmp_path, monkeypatch
+):
+    run_qat(score_data, fp32, tmp_path / "straight", schemes=["int8"])
+    step = Run.step
+
+    def crash_at_3(self):
+        if self.state.step == 3:
+            raise KeyboardInterrupt("simulated crash")
+        return step(self)
+
+    monkeypatch.setattr(Run, "step", crash_at_3)
+    with pytest.raises(KeyboardInterrupt):
+        run_qat(score_data, fp32, tmp_path / "crashed", schemes=["int8"])
+    assert not (tmp_path / "crashed" / "qat").exists()  # nothing that looks finished
+    monkeypatch.setattr(Run, "step", step)
+    metrics = run_qat(score_data, fp32, tmp_path / "crashed", schemes=["int8"])
+    assert metrics["int8"]["resumed"] is True
+    a = load_file(str(tmp_path / "straight" / "qat" / "int8" / "model.safetensors"))
+    b = load_file(str(tmp_path / "crashed" / "qat" / "int8" / "model.safetensors"))
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_a_finished_scheme_is_not_trained_again_after_a_crash(
+    score_data, fp32, tmp_path, monkeypatch
+):
+    from sonfolio.train import engine
+
+    calls: list[str] = []
+    train = engine.train
+
+    def counting(track, cfg, opts, paths):
+        calls.append(paths.checkpoints.parent.name)
+        if len(calls) == 2 and paths.checkpoints.parent.name == "int4":
+            raise KeyboardInterrupt("simulated crash in the second scheme")
+        return train(track, cfg, opts, paths)
+
+    monkeypatch.setattr(qat, "train", counting)
+    with pytest.raises(KeyboardInterrupt):
+        run_qat(score_data, fp32, tmp_path)
+    metrics = run_qat(score_data, fp32, tmp_path)
+    assert calls == ["int8", "int4", "int4"]  # int8 came back from its done/ folder
+    assert set(metrics) == {"int8", "int4"}
+
+
+def test_int4_group_size_that_does_not_divide_fails_before_training(fp32):
+    model = load_trained(fp32)
+    with pytest.raises(ValueError, match="int4_group_size"):
+        qat.prepare(model, "int4", 128)
