@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import tempfile
@@ -44,3 +45,13 @@ def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     with path.open(encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def file_sha256(path: Path) -> str:
+    """The hex sha256 of a file's bytes.
+
+    Manifests record one per image or clip: a stage that reads the files lists only the
+    manifest as its DVC dependency (one file to check, not thousands), and any change to any
+    file still changes the manifest.
+    """
+    return hashlib.sha256(path.read_bytes()).hexdigest()

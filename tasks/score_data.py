@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from sonfolio.config import ScoreData, load_params
-from sonfolio.io import staged_dir, write_json, write_jsonl
+from sonfolio.io import file_sha256, staged_dir, write_json, write_jsonl
 from sonfolio.logs import setup_logging
 from sonfolio.parallel import pool_map, worker_count
 from sonfolio.score.canonical import symbols
@@ -113,7 +113,8 @@ def run(cfg: ScoreData, download_cache: Path, out: Path, metrics: Path) -> dict[
         outcomes = render_all(entries, cfg, lilypond, tmp)
         dropped.update(r for r in outcomes if r is not None)
         kept = [e for e, r in zip(entries, outcomes, strict=True) if r is None]
-        write_jsonl(tmp / "manifest.jsonl", [asdict(e) for e in kept])
+        rows = [{**asdict(e), "sha256": file_sha256(tmp / e.image)} for e in kept]
+        write_jsonl(tmp / "manifest.jsonl", rows)
     stats = summarize(kept, skipped, dropped)
     elapsed = time.perf_counter() - start
     stats.update(seconds=round(elapsed, 2), systems_per_s=round(len(kept) / elapsed, 2))

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from sonfolio.config import SpeechData, load_params
-from sonfolio.io import staged_dir, write_json, write_jsonl
+from sonfolio.io import file_sha256, staged_dir, write_json, write_jsonl
 from sonfolio.logs import setup_logging
 from sonfolio.speech import hub, synthetic
 from sonfolio.speech.dataset import check_skips, summarize
@@ -45,7 +45,10 @@ def run(cfg: SpeechData, out: Path, metrics: Path) -> dict[str, Any]:
         skipped = check_skips(skips, len(rows) + len(skips), cfg.max_skip_fraction)
         if not any(r.split == "train" for r in rows):
             raise ValueError(f"speech_data ({cfg.source}) gave no train clip: check its settings")
-        write_jsonl(tmp / "manifest.jsonl", [asdict(r) for r in rows])
+        write_jsonl(
+            tmp / "manifest.jsonl",
+            [{**asdict(r), "sha256": file_sha256(tmp / r.audio)} for r in rows],
+        )
     stats = summarize(rows, skipped, cfg.source)
     elapsed = time.perf_counter() - start
     stats.update(seconds=round(elapsed, 2), utterances_per_s=round(len(rows) / elapsed, 1))

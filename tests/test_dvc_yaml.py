@@ -72,6 +72,14 @@ def test_stage_has_its_params_section(stage):
     assert stage in dvc_stages()[stage]["params"]
 
 
+def test_only_the_data_stages_list_the_data_folders():
+    """Readers of the images and clips list the manifest (which holds every file's sha256):
+    a folder dep makes DVC walk thousands of files per stage on every no-op `dvc repro`."""
+    for stage, spec in dvc_stages().items():
+        for folder in ("${paths.score_data}", "${paths.speech_data}"):
+            assert folder not in spec["deps"], f"{stage}: list {folder}/manifest.jsonl instead"
+
+
 def test_every_task_module_is_a_stage():
     modules = {p.stem for p in (ROOT / "tasks").glob("*.py") if p.stem != "__init__"}
     assert modules == set(dvc_stages())

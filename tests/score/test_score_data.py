@@ -54,6 +54,9 @@ def test_manifest_rows_point_at_images_and_match_the_stats(built):
         r["image"] for r in rows
     )
     assert sum(stats["systems"].values()) == len(rows)
+    # downstream stages depend on the manifest alone: it must change whenever an image does
+    for r in rows:
+        assert r["sha256"] == hashlib.sha256((out / r["image"]).read_bytes()).hexdigest()
     assert stats["synthetic_systems"] == sum(r["collection"] == "synthetic" for r in rows) > 0
     with Image.open(out / rows[0]["image"]) as img:
         assert img.mode == "L" and max(img.size) == 320

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -27,8 +28,11 @@ def leftovers(parent: Path) -> list[str]:
 def test_manifest_rows_point_at_16khz_clips_of_their_duration(speech_dataset: Path) -> None:
     rows = read_jsonl(speech_dataset / "manifest.jsonl")
     assert len(rows) >= 78  # 80 planned, at most a couple too long
-    assert set(rows[0]) == {"audio", "text", "text_norm", "duration", "speaker", "split"}
+    assert set(rows[0]) == {"audio", "text", "text_norm", "duration", "speaker", "split", "sha256"}
     for row in rows:
+        # downstream stages depend on the manifest alone: it must change whenever a clip does
+        digest = hashlib.sha256((speech_dataset / row["audio"]).read_bytes()).hexdigest()
+        assert row["sha256"] == digest
         pcm, rate = read_wav(speech_dataset / row["audio"])
         assert rate == SAMPLE_RATE
         assert row["duration"] == pytest.approx(pcm.size / SAMPLE_RATE, abs=1e-3)
