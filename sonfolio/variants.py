@@ -15,9 +15,12 @@ CUDA when torch sees a GPU. Every choice is logged with its reason.
 
 from __future__ import annotations
 
+import csv
 import json
 import logging
 import random
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -300,3 +303,58 @@ def add_deltas(per_variant: dict[str, dict], reference: str, keys: tuple[str, ..
             ref = per_variant[reference]["splits"][split]
             for key in keys:
                 m[f"delta_{key}"] = round(m[key] - ref[key], 4) if name != reference else 0.0
+
+
+def evaluate_all(
+    folders: list[Path],
+    track: str,
+    threads: int | None,
+    splits: dict[str, list[dict]],
+    evaluate: Callable[[Variant, str, list[dict]], dict[str, Any]],
+) -> dict[str, dict]:
+    """`evaluate(variant, split, rows)` for every variant folder and split, one model in
+    memory at a time: {variant name: {"kind", "folder", "device", "splits": {split: metrics}}}.
+
+    Raises:
+        VariantError: a folder cannot be loaded, or holds a model of the other track.
+    """
+    per_variant: dict[str, dict] = {}
+    for folder in folders:
+        v = load(folder, threads=threads)
+        if v.track != track:
+            raise VariantError(f"{folder} is a {v.track} model, not a {track} model")
+        entry = {"kind": v.kind, "folder": str(folder), "device": v.device, "splits": {}}
+        for split, rows in splits.items():
+            entry["splits"][split] = evaluate(v, split, rows)
+        per_variant[v.name] = entry
+        del v
+    return per_variant
+
+
+def quality_results(
+    per_variant: dict[str, dict],
+    reference: str,
+    keys: tuple[str, ...],
+    extra: str,
+    csv_path: Path,
+    started: float,
+) -> dict[str, Any]:
+    """Deltas against `reference` added, the per-variant CSV for `dvc plots show` written
+    (one row per variant and split: `keys` and `extra`), and the stage's metrics returned."""
+    add_deltas(per_variant, reference, keys)
+    tmp = csv_path.with_name(f".{csv_path.name}.tmp")
+    csv_path.parent.mkdir(parents=True, exist_ok=True)
+    with tmp.open("w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["variant", "kind", "split", "run", *keys, extra])
+        for name, entry in per_variant.items():
+            for split, m in entry["splits"].items():
+                w.writerow(
+                    [name, entry["kind"], split, f"{name} {split}"] + [m[k] for k in (*keys, extra)]
+                )
+    tmp.replace(csv_path)
+    return {
+        "reference": reference,
+        "variants": per_variant,
+        "seconds": round(time.perf_counter() - started, 1),
+    }

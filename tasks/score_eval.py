@@ -15,7 +15,6 @@ Definitions (symbols, error kinds, the strict compile rate): docs/evaluation.md.
 
 from __future__ import annotations
 
-import csv
 import logging
 import random
 import tempfile
@@ -197,22 +196,6 @@ def _round(m: dict[str, Any]) -> dict[str, Any]:
     return {k: round(v, 4) if isinstance(v, float) else v for k, v in m.items()}
 
 
-def write_quality_csv(path: Path, per_variant: dict[str, dict]) -> None:
-    """One row per variant and split, for `dvc plots show` (docs/evaluation.md)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tmp.open("w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f)
-        w.writerow(["variant", "kind", "split", "run", *DELTA_KEYS, "clean_compile_rate"])
-        for name, entry in per_variant.items():
-            for split, m in entry["splits"].items():
-                w.writerow(
-                    [name, entry["kind"], split, f"{name} {split}"]
-                    + [m[k] for k in (*DELTA_KEYS, "clean_compile_rate")]
-                )
-    tmp.replace(path)
-
-
 def run(
     cfg: ScoreEval,
     data: Path,
@@ -234,31 +217,26 @@ def run(
             raise ValueError(
                 f"{data}/manifest.jsonl has no {split!r} rows: check score_eval.splits"
             )
-    per_variant: dict[str, dict] = {}
     start = time.perf_counter()
     with staged_dir(out / "samples") as tmp, tempfile.TemporaryDirectory() as work:
         truths = TruthRenders(Path(work) / "truth", lilypond, cfg)
-        for folder in variant_dirs:
-            v = variants.load(folder, threads=cfg.threads)
-            if v.track != "score":
-                raise variants.VariantError(f"{folder} is a {v.track} model, not a score model")
-            entry = {"kind": v.kind, "folder": str(folder), "device": v.device, "splits": {}}
-            for split, chosen in splits.items():
-                m = evaluate_split(v, split, chosen, data, cfg, lilypond, Path(work), truths, tmp)
-                entry["splits"][split] = _round(m)
-                log.info(
-                    "%s %s: SER %.3f, compile rate %.3f", v.name, split, m["ser"], m["compile_rate"]
-                )
-            per_variant[v.name] = entry
-            del v  # one model in memory at a time
-    reference = variant_dirs[0].name
-    variants.add_deltas(per_variant, reference, DELTA_KEYS)
-    write_quality_csv(out / "quality.csv", per_variant)
-    result = {
-        "reference": reference,
-        "variants": per_variant,
-        "seconds": round(time.perf_counter() - start, 1),
-    }
+
+        def one(v: variants.Variant, split: str, chosen: list[dict]) -> dict[str, Any]:
+            m = evaluate_split(v, split, chosen, data, cfg, lilypond, Path(work), truths, tmp)
+            log.info(
+                "%s %s: SER %.3f, compile rate %.3f", v.name, split, m["ser"], m["compile_rate"]
+            )
+            return _round(m)
+
+        per_variant = variants.evaluate_all(variant_dirs, "score", cfg.threads, splits, one)
+    result = variants.quality_results(
+        per_variant,
+        variant_dirs[0].name,
+        DELTA_KEYS,
+        "clean_compile_rate",
+        out / "quality.csv",
+        start,
+    )
     write_json(metrics_path, result)
     return result
 

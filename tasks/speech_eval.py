@@ -16,7 +16,6 @@ the empty-text rules: docs/evaluation.md.
 
 from __future__ import annotations
 
-import csv
 import logging
 import time
 from collections import defaultdict
@@ -135,22 +134,6 @@ def _round(m: Any) -> Any:
     return round(m, 4) if isinstance(m, float) else m
 
 
-def write_quality_csv(path: Path, per_variant: dict[str, dict]) -> None:
-    """One row per variant and split, for `dvc plots show` (docs/evaluation.md)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tmp.open("w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f)
-        w.writerow(["variant", "kind", "split", "run", *DELTA_KEYS, "clips_per_s"])
-        for name, entry in per_variant.items():
-            for split, m in entry["splits"].items():
-                w.writerow(
-                    [name, entry["kind"], split, f"{name} {split}"]
-                    + [m[k] for k in (*DELTA_KEYS, "clips_per_s")]
-                )
-    tmp.replace(path)
-
-
 def run(
     cfg: SpeechEval, data: Path, variant_dirs: list[Path], out: Path, metrics_path: Path
 ) -> dict[str, Any]:
@@ -168,28 +151,18 @@ def run(
                 f"{data}/manifest.jsonl has no {split!r} rows: check speech_eval.splits"
             )
     wer, cer = metrics.load("wer"), metrics.load("cer")
-    per_variant: dict[str, dict] = {}
     start = time.perf_counter()
     with staged_dir(out / "samples") as tmp:
-        for folder in variant_dirs:
-            v = variants.load(folder, threads=cfg.threads)
-            if v.track != "speech":
-                raise variants.VariantError(f"{folder} is a {v.track} model, not a speech model")
-            entry = {"kind": v.kind, "folder": str(folder), "device": v.device, "splits": {}}
-            for split, chosen in splits.items():
-                m = evaluate_split(v, chosen, data, cfg, wer, cer, tmp / v.name / split)
-                entry["splits"][split] = _round(m)
-                log.info("%s %s: WER %.3f, CER %.3f", v.name, split, m["wer"], m["cer"])
-            per_variant[v.name] = entry
-            del v  # one model in memory at a time
-    reference = variant_dirs[0].name
-    variants.add_deltas(per_variant, reference, DELTA_KEYS)
-    write_quality_csv(out / "quality.csv", per_variant)
-    result = {
-        "reference": reference,
-        "variants": per_variant,
-        "seconds": round(time.perf_counter() - start, 1),
-    }
+
+        def one(v: variants.Variant, split: str, chosen: list[dict]) -> dict[str, Any]:
+            m = evaluate_split(v, chosen, data, cfg, wer, cer, tmp / v.name / split)
+            log.info("%s %s: WER %.3f, CER %.3f", v.name, split, m["wer"], m["cer"])
+            return _round(m)
+
+        per_variant = variants.evaluate_all(variant_dirs, "speech", cfg.threads, splits, one)
+    result = variants.quality_results(
+        per_variant, variant_dirs[0].name, DELTA_KEYS, "clips_per_s", out / "quality.csv", start
+    )
     write_json(metrics_path, result)
     return result
 
