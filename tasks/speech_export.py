@@ -7,8 +7,8 @@ Writes: ${paths.speech_export}/{fp32,int8_ptq,int4_ptq}/ (encoder_model.onnx,
         ${paths.metrics}/speech_export.json (per variant: bytes per file and total, size ratio
         to FP32, FP32 MatMul weights left)
 
-The QAT variants (int8_qat, int4_qat) are listed as not built until a QAT model is passed as
-`qat_model` (docs/export.md).
+The QAT variants (int8_qat, int4_qat) come from ${paths.speech_qat}/int8/ and int4/, the
+speech_qat stage's models (docs/export.md).
 """
 
 from __future__ import annotations
@@ -69,13 +69,11 @@ def main() -> None:
     setup_logging()
     params = load_params()
     paths = params.paths
-    # qat_model: None until the speech_qat stage exists; then paths.speech_qat (and the dep in
-    # dvc.yaml), nothing else.
     run(
         params.export,
         params.speech_export,
         paths.speech_model,
-        None,
+        paths.speech_qat,  # one QAT-trained model per scheme: int8/, int4/
         paths.speech_export,
         paths.metrics / f"{STAGE}.json",
     )
