@@ -65,7 +65,18 @@ class Spec:
 
 
 def _rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+    """Peak RSS of this process's address space, MiB.
+
+    /proc's VmHWM, not getrusage's ru_maxrss: Linux carries ru_maxrss over across execve, so
+    a worker started by a parent holding 400 MB of torch would report at least that.
+    """
+    status = Path("/proc/self/status")
+    if status.is_file():
+        for line in status.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024  # kB
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # no /proc: macOS, in bytes
+    return peak / (1024 * 1024 if sys.platform == "darwin" else 1024)
 
 
 class _Torch:
@@ -152,7 +163,71 @@ class _CT2:
         return [r.sequences_ids[0] for r in out]
 
 
-RUNTIMES = {"torch": _Torch, "ort": _Ort, "ct2": _CT2}
+class _OrtLoop:
+    """The same ONNX files run by a plain greedy loop over two ORT sessions (no HF generate).
+
+    Written here because neither optimum nor onnxruntime ships a greedy loop for these
+    models (onnxruntime-genai does not run them here, STACK.md): HF generate's per-step
+    Python work (logits processors, stopping criteria, cache objects) costs several ms per
+    token, more than these small decoders' matmuls. Past key/values of the merged decoder
+    are fed back as numpy arrays; the first step runs its no-past branch.
+    """
+
+    def __init__(self, spec: Spec) -> None:
+        import onnxruntime
+
+        from sonfolio.export import DECODER, ENCODER, validate_variant
+
+        folder = Path(spec.case.folder)
+        validate_variant(folder)
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = spec.threads
+        options.inter_op_num_threads = 1
+        providers = ["CPUExecutionProvider"]
+        self.enc = onnxruntime.InferenceSession(str(folder / ENCODER), options, providers=providers)
+        self.dec = onnxruntime.InferenceSession(str(folder / DECODER), options, providers=providers)
+        self.enc_input = self.enc.get_inputs()[0].name
+        self.past = [i for i in self.dec.get_inputs() if i.name.startswith("past_key_values")]
+        self.outputs = [o.name for o in self.dec.get_outputs()]
+        self.start, self.eos = spec.prompt[0], spec.eos_id
+
+    def encode(self, x: np.ndarray) -> np.ndarray:
+        return self.enc.run(None, {self.enc_input: x})[0]
+
+    def generate(self, x: np.ndarray, new: int, forced: bool) -> list[list[int]]:
+        hidden = self.encode(x)  # (B, encoder positions, d_model)
+        batch = len(x)
+        feeds: dict[str, Any] = {
+            "input_ids": np.full((batch, 1), self.start, dtype=np.int64),
+            "encoder_hidden_states": hidden,
+            "use_cache_branch": np.array([False]),
+        }
+        for i in self.past:  # (B, heads, 0, head dim): ignored by the no-past branch
+            feeds[i.name] = np.zeros((batch, i.shape[1], 0, i.shape[3]), dtype=np.float32)
+        tokens = np.full((batch, new), self.eos, dtype=np.int64)
+        done = np.zeros(batch, dtype=bool)
+        for step in range(new):
+            out = self.dec.run(None, feeds)
+            logits = out[0][:, -1]  # (B, vocab)
+            if forced:
+                logits[:, self.eos] = -np.inf
+            nxt = np.where(done, self.eos, logits.argmax(-1))
+            tokens[:, step] = nxt
+            done |= nxt == self.eos
+            if done.all():
+                tokens = tokens[:, : step + 1]
+                break
+            for name, value in zip(self.outputs[1:], out[1:], strict=True):
+                # cross-attention keys/values (Whisper) come from the first step only: the
+                # with-past branch returns placeholders for them
+                if step == 0 or ".encoder." not in name:
+                    feeds[name.replace("present", "past_key_values", 1)] = value
+            feeds["input_ids"] = nxt[:, None]
+            feeds["use_cache_branch"] = np.array([True])
+        return tokens.tolist()
+
+
+RUNTIMES = {"torch": _Torch, "ort": _Ort, "ort_loop": _OrtLoop, "ct2": _CT2}
 
 
 def _ms(fn: Any, *args: Any) -> float:
@@ -178,7 +253,8 @@ def measure(spec: Spec) -> dict[str, Any]:
         start = time.perf_counter()
         ids = runner.generate(x, steps, forced=True)
         e2e.append((time.perf_counter() - start) * 1e3)
-        new_tokens.append(len(ids[0]))
+        echoed = len(ids[0]) and ids[0][0] == spec.prompt[0]  # HF echoes the start token
+        new_tokens.append(len(ids[0]) - int(echoed))
     start = time.perf_counter()
     for b in range(0, n, spec.batch_size):
         runner.generate(inputs[b : b + spec.batch_size], steps, forced=True)
@@ -255,7 +331,7 @@ def summarize(runs: list[dict[str, Any]], decode_tokens: int, batch_size: int) -
         "rss_over_imports_mb": round(
             statistics.median(r["rss_peak_mb"] - r["rss_imports_mb"] for r in runs), 1
         ),
-        "tokens_out_median": statistics.median(t for r in runs for t in r["tokens_out"]),
+        "new_tokens_median": statistics.median(t for r in runs for t in r["tokens_out"]),
     }
 
 
@@ -319,6 +395,7 @@ class Track:
     quality_tokens: int
     prompt: list[int]  # CT2's decoder prompt; these ids are also dropped from outputs
     eos_id: int
+    pad_id: int  # stripped from the end of outputs
     gate_metric: str  # the quality key the gate reads (lower is better)
     max_increase: float
 
@@ -409,9 +486,12 @@ REFERENCE = "torch_fp32"
 
 
 def _clean(ids: list[int], track: Track) -> list[int]:
-    """Token ids up to end of text, without the prompt: runtimes differ in what they echo."""
+    """Token ids up to end of text, without the prompt or padding: runtimes differ in what
+    they echo (HF Whisper drops the end token and pads a batch with the pad id)."""
     if track.eos_id in ids:
         ids = ids[: ids.index(track.eos_id)]
+    while ids and ids[-1] == track.pad_id:
+        ids = ids[:-1]
     while ids and ids[0] in track.prompt:
         ids = ids[1:]
     return ids

@@ -365,6 +365,7 @@ class Bench(Strict):
     batch_size: Annotated[int, Field(ge=2)]  # throughput measured at 1 and at this
     decode_tokens: Positive  # forced decode length for latency (end of text suppressed)
     io_binding: bool  # ORT: bind inputs/outputs (optimum's use_io_binding)
+    lean_loop: bool  # also run each ONNX variant with sonfolio.bench's plain greedy loop
     fail_on_gate: bool  # a variant past its quality gate fails the stage (else: marked)
 
 

@@ -132,9 +132,19 @@ def fmt(value: Any, digits: int = 4) -> str:
         return "yes" if value else "no"
     if isinstance(value, int):
         return f"{value:,}"
-    if isinstance(value, float):
-        return f"{value:,.{digits}g}" if abs(value) >= 1e4 else f"{value:.{digits}g}"
+    if isinstance(value, float):  # 4 significant digits, no exponent for large values
+        return f"{value:,.0f}" if abs(value) >= 10**digits else f"{value:.{digits}g}"
     return str(value)
+
+
+def hours(h: float) -> str:
+    return f"{h:,.2f} h" if h >= 0.1 else f"{h * 60:.1f} min"
+
+
+def usd(x: float | None) -> str:
+    if x is None:
+        return "—"
+    return f"${x:,.2f}" if x >= 0.01 else f"${x:.4f}"
 
 
 def missing(path: Path, stage: str) -> Missing:
@@ -455,48 +465,38 @@ def write_latency_csv(rows: list[dict[str, Any]], dest: Path) -> None:
 
 def bench_table(spec: TrackSpec, bench: dict[str, Any]) -> Table:
     q = spec.bench_quality
-    rows = []
-    for name, v in bench["variants"].items():
-        if "e2e_ms_p50" not in v:
-            rows.append([name, "—", *["—"] * 9, v.get("status", "not measured")])
-            continue
-        rows.append(
-            [
-                name,
-                v.get("runtime", "—"),
-                mb(v.get("bytes")),
-                fmt(v.get("size_ratio")),
-                fmt(v.get("encoder_ms_p50")),
-                fmt(v.get("decoder_ms_per_token_p50")),
-                f"{fmt(v.get('e2e_ms_p50'))} / {fmt(v.get('e2e_ms_p95'))}",
-                fmt(v.get("speedup_vs_torch_fp32")),
-                fmt(v.get("latency_vs_ctranslate2")),
-                fmt(v.get("rss_peak_mb")),
-                f"{fmt(v.get(q))} ({fmt(v.get(f'{q}_increase'))})",
-                v.get("status", "—"),
-            ]
+    variants = bench["variants"]
+    columns: list[tuple[str, Any]] = [
+        ("runtime", lambda v: v.get("runtime", "—")),
+        ("size MB", lambda v: mb(v.get("bytes"))),
+        ("size ratio", lambda v: fmt(v.get("size_ratio"))),
+        ("encoder ms p50", lambda v: fmt(v.get("encoder_ms_p50"))),
+        ("decoder ms/token p50", lambda v: fmt(v.get("decoder_ms_per_token_p50"))),
+        (
+            "end-to-end ms p50 / p95",
+            lambda v: f"{fmt(v['e2e_ms_p50'])} / {fmt(v.get('e2e_ms_p95'))}",
+        ),
+        ("speed-up vs torch FP32", lambda v: fmt(v.get("speedup_vs_torch_fp32"))),
+        ("peak RSS MB", lambda v: fmt(v.get("rss_peak_mb"))),
+        (f"{q.upper()} (increase)", lambda v: f"{fmt(v.get(q))} ({fmt(v.get(f'{q}_increase'))})"),
+    ]
+    if any("latency_vs_ctranslate2" in v for v in variants.values()):  # speech: the CT2 peer
+        columns.insert(
+            7, ("latency vs CTranslate2", lambda v: fmt(v.get("latency_vs_ctranslate2")))
         )
+    rows = []
+    for name, v in variants.items():
+        measured = "e2e_ms_p50" in v
+        cells = [get(v) if measured else "—" for _, get in columns]
+        rows.append([name, *cells, v.get("status", "—" if measured else "not measured")])
     c = bench.get("conditions", {})
     return Table(
         "Size, latency and quality per variant (bench)",
-        [
-            "variant",
-            "runtime",
-            "size MB",
-            "size ratio",
-            "encoder ms p50",
-            "decoder ms/token p50",
-            "end-to-end ms p50 / p95",
-            "speed-up vs torch FP32",
-            "latency vs CTranslate2",
-            "peak RSS MB",
-            f"{q.upper()} (increase)",
-            "status",
-        ],
+        ["variant", *(h for h, _ in columns), "status"],
         rows,
         f"{fmt(c.get('samples'))} test samples, batch 1, {fmt(c.get('decode_tokens'))} decoded "
         f"tokens forced, {fmt(c.get('threads'))} threads, a fresh process per variant; "
-        "MB = 10^6 bytes. Latency vs CTranslate2 > 1: slower than the peer (speech only).",
+        "MB = 10^6 bytes. Latency vs CTranslate2 > 1: slower than the peer.",
     )
 
 
@@ -612,6 +612,7 @@ def cost_section(src: Sources) -> Section:
         return section
     for name, t in est.get("tracks", {}).items():
         targets = t.get("targets", {})
+        targets = {k: targets[k] for k in sorted(targets, key=lambda k: k != "max_steps")}
         rows = []
         for r in t.get("rows", []):
             cost = r.get("cost_usd") or {}
@@ -619,9 +620,9 @@ def cost_section(src: Sources) -> Section:
                 [
                     r["gpu"],
                     r["provider"],
-                    fmt(r.get("usd_per_gpu_hour")),
-                    f"{fmt(r['speedup'], 3)}{' *' if r.get('assumed') else ''}",
-                    *(f"{fmt(r['hours'][k], 3)} h / ${fmt(cost.get(k), 3)}" for k in targets),
+                    usd(r.get("usd_per_gpu_hour")),
+                    f"{r['speedup']:,.1f}x{' *' if r.get('assumed') else ''}",
+                    *(f"{hours(r['hours'][k])} / {usd(cost.get(k))}" for k in targets),
                 ]
             )
         section.items.append(
@@ -634,7 +635,7 @@ def cost_section(src: Sources) -> Section:
                     "provider",
                     "USD per GPU-hour",
                     "speed-up",
-                    *(f"{k} ({fmt(n)} steps): hours / USD" for k, n in targets.items()),
+                    *(f"{k} ({fmt(n)} steps): time / USD" for k, n in targets.items()),
                 ],
                 rows,
                 "* assumed: the GPU's dense bf16 peak x an assumed MFU + a fixed per-step overhead "
@@ -684,7 +685,9 @@ def conditions_section(src: Sources) -> Section:
                     f"{c.get('load_average_before')}; {versions}",
                 ]
             )
-    return Section("Conditions", [Table("What these numbers depend on", ["", ""], rows)])
+    return Section(
+        "Conditions", [Table("What these numbers depend on", ["condition", "value"], rows)]
+    )
 
 
 # --- the page -----------------------------------------------------------------------------------

@@ -46,21 +46,28 @@ def torch_cases(model: Path) -> tuple[list[Case], dict[str, str]]:
     return cases, {"torch_bf16": f"not measured: {reason}"}
 
 
-def onnx_cases(export_cfg: Export, export_dir: Path) -> tuple[list[Case], dict[str, str]]:
+def onnx_cases(
+    export_cfg: Export, export_dir: Path, lean_loop: bool
+) -> tuple[list[Case], dict[str, str]]:
+    """ORT variants through optimum's ORTModel (`ort_*`), and through the plain greedy loop
+    (`ortloop_*`) when `lean_loop`; absent folders named with the reason."""
     cases, absent = [], {}
     for name in variant_names(export_cfg):
         folder = export_dir / name
-        if folder.is_dir():
-            cases.append(Case(f"ort_{name}", "ort", str(folder)))
-        else:
-            absent[f"ort_{name}"] = f"not built: no {folder} (run the export stage)"
+        runtimes = ["ort", "ortloop"] if lean_loop else ["ort"]
+        for runtime in runtimes:
+            if folder.is_dir():
+                kind = "ort_loop" if runtime == "ortloop" else "ort"
+                cases.append(Case(f"{runtime}_{name}", kind, str(folder)))
+            else:
+                absent[f"{runtime}_{name}"] = f"not built: no {folder} (run the export stage)"
     return cases, absent
 
 
 def sizes_of(cases: list[Case]) -> dict[str, int]:
     def size(case: Case) -> int:
         folder = Path(case.folder)
-        if case.runtime == "ort":
+        if case.runtime in ("ort", "ort_loop"):
             return sum((folder / f).stat().st_size for f in ONNX_FILES)
         if case.runtime == "ct2":
             return (folder / "model.bin").stat().st_size
@@ -92,7 +99,7 @@ def run(
     shape = json.loads((model / "config.json").read_text())["encoder"]["image_size"]
     images = np.stack([load_image(data / r["image"], *shape) for r in rows])
     cases, absent = torch_cases(model)
-    more, gone = onnx_cases(export_cfg, export_dir)
+    more, gone = onnx_cases(export_cfg, export_dir, cfg.lean_loop)
     refs = [r["text"] for r in rows]
 
     def score(outputs: list[list[int]]) -> dict[str, Any]:
@@ -109,6 +116,7 @@ def run(
         quality_tokens=decode_max_tokens,
         prompt=[tok.bos_token_id],
         eos_id=tok.eos_token_id,
+        pad_id=tok.pad_token_id,
         gate_metric="ter",
         max_increase=gate.max_ter_increase,
     )

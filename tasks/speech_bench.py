@@ -61,7 +61,7 @@ def run(
     inputs = features(audio, sampling_rate=SAMPLE_RATE, return_tensors="np")["input_features"]
     refs = [r["text_norm"] for r in rows]
     cases, absent = torch_cases(model)
-    more, gone = onnx_cases(export_cfg, export_dir)
+    more, gone = onnx_cases(export_cfg, export_dir, cfg.lean_loop)
     cases, absent = cases + more, {**absent, **gone}
 
     def score(outputs: list[list[int]]) -> dict[str, Any]:
@@ -89,6 +89,7 @@ def run(
             quality_tokens=min(decode_max_tokens, _max_new(model)),
             prompt=prompt,
             eos_id=tok.eos_token_id,
+            pad_id=tok.pad_token_id,
             gate_metric="wer",
             max_increase=gate.max_wer_increase,
         )

@@ -9,19 +9,16 @@ margins that int8 rounding must preserve; seconds instead of minutes to make.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "train"))  # tests/train/tiny.py
-
 
 @pytest.fixture(scope="session")
 def tiny_score_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """(model folder as score_train writes it, data folder with images and manifest)."""
-    from tiny import WIDTH, make_score_data, tiny_config
+    from train.tiny import WIDTH, make_score_data, tiny_config  # tests/ is on sys.path
     from transformers import AutoTokenizer, ViTImageProcessor
 
     from sonfolio.score.model import build

@@ -45,7 +45,6 @@ def _images(data: Path, model: Path) -> torch.Tensor:
     return to_pixel_values(np.stack([load_image(data / r["image"], *shape) for r in rows]))
 
 
-@pytest.mark.slow
 def test_int8_folder_loads_with_optimum_and_agrees_with_torch(exported, tiny_score_model):
     from optimum.onnxruntime import ORTModelForVision2Seq
     from transformers import VisionEncoderDecoderModel
@@ -74,7 +73,6 @@ def test_int8_folder_loads_with_optimum_and_agrees_with_torch(exported, tiny_sco
         assert (out / name / "preprocessor_config.json").is_file()
 
 
-@pytest.mark.slow
 def test_no_fp32_matmul_weight_left_in_int8_subgraphs_included(exported):
     out, metrics, _ = exported
     fp32 = fp32_weight_matmuls(onnx.load(str(out / "fp32" / DECODER)))
@@ -119,3 +117,32 @@ def test_missing_or_corrupt_onnx_file_is_named(tmp_path):
     (folder / ENCODER).write_bytes(b"not a protobuf at all")
     with pytest.raises(OnnxFileError, match=f"{ENCODER} is not a valid ONNX model"):
         validate_variant(folder)
+
+
+def test_lean_greedy_loop_gives_the_tokens_of_optimum_generate(exported, tiny_score_model):
+    from sonfolio.bench import Case, Spec, _Ort, _OrtLoop
+
+    out, _, data = exported
+    pixels = _images(data, tiny_score_model[0]).numpy()[:6]
+    spec = Spec(
+        case=Case("ortloop_int8_ptq", "ort_loop", str(out / "int8_ptq")),
+        track="score",
+        inputs="",
+        threads=1,
+        warmup=0,
+        batch_size=3,
+        decode_tokens=6,
+        quality_tokens=6,
+        io_binding=False,
+        prompt=[1],
+        eos_id=2,
+        quality=False,
+    )
+    loop, hf = _OrtLoop(spec), _Ort(spec)
+    for forced in (True, False):
+        got = loop.generate(pixels, 6, forced)
+        want = [ids[1:] for ids in hf.generate(pixels, 6, forced)]  # HF echoes the start token
+        trimmed = [g[: g.index(2) + 1] if 2 in g else g for g in got]
+        assert trimmed == [w[: w.index(2) + 1] if 2 in w else w for w in want]
+        if forced:
+            assert all(len(g) == 6 and 2 not in g for g in got)

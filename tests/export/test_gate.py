@@ -20,7 +20,7 @@ def _variants(ter_int8: float) -> dict:
 
 
 def _track(max_increase: float) -> Track:
-    return Track("score", "score_bench", [], {}, {}, np.zeros(1), 8, [1], 2, "ter", max_increase)
+    return Track("score", "score_bench", [], {}, {}, np.zeros(1), 8, [1], 2, 0, "ter", max_increase)
 
 
 def test_within_gate_passes_and_ratios_are_to_torch_fp32():
@@ -48,3 +48,12 @@ def test_past_gate_is_marked_and_fails_when_configured(tmp_path, fail_on_gate):
     else:
         finish({"variants": {}}, failures, cfg, path, "score_bench")
         assert json.loads(path.read_text())["gate_failures"] == failures
+
+
+def test_outputs_compare_without_prompt_end_token_or_padding():
+    from sonfolio.bench import _clean
+
+    track = _track(0.02)  # prompt [1], end of text 2, pad 0
+    assert _clean([1, 7, 8, 2, 0, 0], track) == [7, 8]  # HF echoes the start token
+    assert _clean([7, 8, 0, 0], track) == [7, 8]  # HF Whisper: no end token, padded
+    assert _clean([7, 8, 2, 2], track) == [7, 8]  # the plain loop fills with end tokens
