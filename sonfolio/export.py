@@ -35,6 +35,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from sonfolio.config import Export, TrackExport
+from sonfolio.io import write_json
 
 log = logging.getLogger(__name__)
 
@@ -449,3 +450,30 @@ def _variant_figures(folder: Path, name: str, fp32: Path) -> dict[str, Any]:
         "size_ratio": round(sizes["bytes"] / file_sizes(fp32)["bytes"], 4),
         "weight_check": check,
     }
+
+
+def run_stage(
+    spec: TrackSpec,
+    cfg: Export,
+    card: TrackExport,
+    fp32_model: Path,
+    qat_model: Path | None,
+    out: Path,
+    metrics_path: Path,
+) -> dict[str, Any]:
+    """An export stage: `fp32_model` (and the QAT model(s) under `qat_model` when given: one
+    folder per scheme, int8/ and int4/, or one HF folder) into the variant folders under `out`,
+    metrics to `metrics_path`.
+
+    Raises:
+        OnnxFileError: an export wrote no merged decoder, or an int8 file kept FP32 weights.
+    """
+    metrics = export_track(spec, cfg, card, sources(cfg, fp32_model, qat_model), out)
+    metrics["torch_fp32_bytes"] = sum(f.stat().st_size for f in fp32_model.glob("*.safetensors"))
+    write_json(metrics_path, metrics)
+    log.info(
+        "%s: %s",
+        spec.export_stage,
+        {k: v.get("bytes", v.get("status")) for k, v in metrics.items() if isinstance(v, dict)},
+    )
+    return metrics

@@ -13,16 +13,12 @@ speech_qat stage's models (docs/export.md).
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Any
 
 from sonfolio.config import Export, TrackExport, load_params
-from sonfolio.export import TrackSpec, export_track, sources
-from sonfolio.io import write_json
+from sonfolio.export import TrackSpec, run_stage
 from sonfolio.logs import setup_logging
-
-log = logging.getLogger(__name__)
 
 STAGE = "speech_export"
 TRACK = TrackSpec(
@@ -48,21 +44,8 @@ def run(
     out: Path,
     metrics_path: Path,
 ) -> dict[str, Any]:
-    """Export `fp32_model` (and the QAT model(s) under `qat_model` when given: one folder per
-    scheme, int8/ and int4/, or one HF folder) into the variant folders under `out`.
-
-    Raises:
-        OnnxFileError: an export wrote no merged decoder, or an int8 file kept FP32 weights.
-    """
-    metrics = export_track(TRACK, cfg, card, sources(cfg, fp32_model, qat_model), out)
-    metrics["torch_fp32_bytes"] = sum(f.stat().st_size for f in fp32_model.glob("*.safetensors"))
-    write_json(metrics_path, metrics)
-    log.info(
-        "%s: %s",
-        STAGE,
-        {k: v.get("bytes", v.get("status")) for k, v in metrics.items() if isinstance(v, dict)},
-    )
-    return metrics
+    """sonfolio.export.run_stage for this track."""
+    return run_stage(TRACK, cfg, card, fp32_model, qat_model, out, metrics_path)
 
 
 def main() -> None:
