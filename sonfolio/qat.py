@@ -52,11 +52,6 @@ def base_config(scheme: Scheme, group_size: int):
     return IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(group_size))
 
 
-def _quantizable(module: nn.Module, fqn: str) -> bool:
-    """Every Linear whose input width the int4 groups divide (all of them in our models)."""
-    return isinstance(module, nn.Linear)
-
-
 def prepare(model: PreTrainedModel, scheme: Scheme, group_size: int) -> int:
     """Insert fake quantization into `model` in place; returns the number of Linear layers.
 
@@ -74,9 +69,8 @@ def prepare(model: PreTrainedModel, scheme: Scheme, group_size: int) -> int:
                 f"int4 group_size {group_size} does not divide the input width of {bad[:3]}: "
                 "set <track>_qat.int4_group_size to a divisor (32 or 64 usually)"
             )
-    quantize_(
-        model, QATConfig(base_config(scheme, group_size), step="prepare"), filter_fn=_quantizable
-    )
+    # torchao's default filter: every nn.Linear (the group-size check above covers them all)
+    quantize_(model, QATConfig(base_config(scheme, group_size), step="prepare"))
     log.info("QAT %s: fake quantization in %d Linear layers", scheme, len(linears))
     return len(linears)
 
