@@ -1,5 +1,6 @@
-"""Export + quantization: variant folders load with optimum, int8 keeps no FP32 MatMul weight,
-and bad ONNX files fail by name."""
+"""Export + quantization: variant folders load with optimum, int8 keeps no FP32 MatMul weight
+nor FP32 table or Conv weight and stores the tied embedding once, the lean greedy loop gives
+optimum's tokens, and bad ONNX files fail by name."""
 
 from __future__ import annotations
 
@@ -85,6 +86,41 @@ def test_no_fp32_matmul_weight_left_in_int8_subgraphs_included(exported):
     assert metrics["int8_qat"]["status"].startswith("not built")
 
 
+def test_int8_stores_tables_and_conv_weights_in_int8_and_the_tied_embedding_once(exported):
+    from onnx import TensorProto
+
+    from sonfolio.export import graphs
+
+    out, _, _ = exported
+    fp32 = onnx.load(str(out / "fp32" / DECODER))
+    vocab, width = next(tuple(i.dims) for i in fp32.graph.initializer if "wte.weight" in i.name)
+    for name in (ENCODER, DECODER):
+        model = onnx.load(str(out / "int8_ptq" / name))
+        floats = {  # tables and weights; 1-D float scales are expected
+            i.name
+            for i in model.graph.initializer
+            if i.data_type == TensorProto.FLOAT and len(i.dims) >= 2
+        }
+        for graph in graphs(model.graph):
+            for node in graph.node:
+                if node.op_type == "Gather":
+                    assert node.input[0] not in floats, f"{name}: FP32 table {node.input[0]}"
+                if node.op_type == "Conv":
+                    assert node.input[1] not in floats, f"{name}: FP32 Conv weight"
+        tables = [i for i in model.graph.initializer if sorted(i.dims) == sorted([vocab, width])]
+        if name == DECODER:  # GPT-2's wte and its transpose, the lm_head: one int8 copy
+            assert [i.data_type for i in tables] == [TensorProto.INT8]
+        assert not any(g.value_info for g in graphs(model.graph))
+
+
+def test_with_past_decoder_refuses_a_model_that_is_not_a_merged_decoder(exported):
+    from sonfolio.export import with_past_decoder
+
+    out, _, _ = exported
+    with pytest.raises(OnnxFileError, match="not an optimum merged decoder"):
+        with_past_decoder(onnx.load(str(out / "int8_ptq" / ENCODER)))
+
+
 def test_checker_counts_fp32_weights_inside_if_branches():
     from onnx import TensorProto, helper, numpy_helper
 
@@ -119,25 +155,14 @@ def test_missing_or_corrupt_onnx_file_is_named(tmp_path):
         validate_variant(folder)
 
 
-def test_lean_greedy_loop_gives_the_tokens_of_optimum_generate(exported, tiny_score_model):
-    from sonfolio.bench import Case, Spec, _Ort, _OrtLoop
+def test_lean_greedy_loop_gives_the_tokens_of_optimum_generate(
+    exported, tiny_score_model, loop_spec
+):
+    from sonfolio.bench import _Ort, _OrtLoop
 
     out, _, data = exported
     pixels = _images(data, tiny_score_model[0]).numpy()[:6]
-    spec = Spec(
-        case=Case("ortloop_int8_ptq", "ort_loop", str(out / "int8_ptq")),
-        track="score",
-        inputs="",
-        threads=1,
-        warmup=0,
-        batch_size=3,
-        decode_tokens=6,
-        quality_tokens=6,
-        io_binding=False,
-        prompt=[1],
-        eos_id=2,
-        quality=False,
-    )
+    spec = loop_spec(out / "int8_ptq", "score")
     loop, hf = _OrtLoop(spec), _Ort(spec)
     for forced in (True, False):
         got = loop.generate(pixels, 6, forced)
