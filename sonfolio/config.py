@@ -366,6 +366,8 @@ class Bench(Strict):
     decode_tokens: Positive  # forced decode length for latency (end of text suppressed)
     io_binding: bool  # ORT: bind inputs/outputs (optimum's use_io_binding)
     lean_loop: bool  # also run each ONNX variant with sonfolio.bench's plain greedy loop
+    loop_decoder_threads: Positive  # that loop's decoder session: intra-op threads
+    spin_wait: bool  # idle intra-op threads spin (ORT allow_spinning; OMP_WAIT_POLICY)
     fail_on_gate: bool  # a variant past its quality gate fails the stage (else: marked)
 
 

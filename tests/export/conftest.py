@@ -10,6 +10,7 @@ margins that int8 rounding must preserve; seconds instead of minutes to make.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -44,3 +45,31 @@ def tiny_score_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Pa
         size={"height": height, "width": width},
     ).save_pretrained(str(out))
     return out, data
+
+
+@pytest.fixture
+def loop_spec() -> Any:
+    """spec(folder, track): a bench Spec for comparing the lean greedy loop with optimum's
+    generate on `folder` (one thread, no timing: only the tokens matter)."""
+    return _loop_spec
+
+
+def _loop_spec(folder: Path, track: str) -> Any:
+    from sonfolio.bench import Case, Spec
+
+    return Spec(
+        case=Case("ortloop_int8_ptq", "ort_loop", str(folder)),
+        track=track,
+        inputs="",
+        threads=1,
+        decoder_threads=1,
+        spin_wait=False,
+        warmup=0,
+        batch_size=3,
+        decode_tokens=6,
+        quality_tokens=6,
+        io_binding=False,
+        prompt=[1],
+        eos_id=2,
+        quality=False,
+    )

@@ -46,17 +46,24 @@ def tiny_whisper(tmp_path_factory) -> Path:
     return folder
 
 
-def test_speech_variants_load_and_fp32_matches_torch(tiny_whisper, tmp_path):
-    from optimum.onnxruntime import ORTModelForSpeechSeq2Seq
-    from transformers import WhisperForConditionalGeneration
-
+@pytest.fixture(scope="module")
+def exported(tiny_whisper, tmp_path_factory) -> tuple[Path, dict]:
     params = load_params(ROOT / "params.yaml")
+    tmp_path = tmp_path_factory.mktemp("speech_export")
     out = tmp_path / "speech_onnx"
     qat = tmp_path / "speech_qat"  # the QAT stage's layout: one model per scheme
     shutil.copytree(tiny_whisper, qat / "int8")
     metrics = speech_export(
         params.export, params.speech_export, tiny_whisper, qat, out, tmp_path / "m.json"
     )
+    return out, metrics
+
+
+def test_speech_variants_load_and_fp32_matches_torch(tiny_whisper, exported):
+    from optimum.onnxruntime import ORTModelForSpeechSeq2Seq
+    from transformers import WhisperForConditionalGeneration
+
+    out, metrics = exported
     assert metrics["int8_qat"]["status"] == "built" and (out / "int8_qat" / DECODER).is_file()
     assert metrics["int4_qat"]["status"].startswith("not built")
     assert not [p.name for p in out.iterdir() if p.name.startswith(".")]
@@ -76,6 +83,21 @@ def test_speech_variants_load_and_fp32_matches_torch(tiny_whisper, tmp_path):
             assert got.tolist() == expected
     card = (out / "int8_ptq" / "README.md").read_text()
     assert "pipeline_tag: automatic-speech-recognition" in card and "- fr" in card
+
+
+def test_lean_greedy_loop_gives_the_tokens_of_optimum_generate(exported, loop_spec):
+    """Whisper's loop keeps the first step's cross-attention keys/values (the with-past
+    branch returns placeholders) and runs the with-past branch as its own session."""
+    from sonfolio.bench import _Ort, _OrtLoop
+
+    out, _ = exported
+    spec = loop_spec(out / "int8_ptq", "speech")
+    torch.manual_seed(1)
+    x = torch.randn(3, 80, 100).numpy()  # (B, mel bins, frames)
+    loop, hf = _OrtLoop(spec), _Ort(spec)
+    got = loop.generate(x, 6, forced=True)
+    assert got == hf.generate(x, 6, forced=True)  # HF Whisper echoes no start token
+    assert all(len(g) == 6 and 2 not in g for g in got)
 
 
 def test_qat_folder_without_a_model_is_named(tmp_path):
