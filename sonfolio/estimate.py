@@ -172,10 +172,13 @@ def measure(
     micro-batch search, compile, optimizer, data loader); nothing is saved.
     """
     n_train = (steps + warmup) * loop.effective_batch
+    train = Sample(track.train_set, n_train, loop.seed)
+    lengths = None if track.lengths is None else [track.lengths[i] for i in train.indices]
     track = replace(
         track,
-        train_set=Sample(track.train_set, n_train, loop.seed),
+        train_set=train,
         val_set=Sample(track.val_set, loop.effective_batch, loop.seed),
+        lengths=lengths,
     )
     with tempfile.TemporaryDirectory(prefix="sonfolio-estimate-") as tmp:
         run = Run(track, loop, opts, RunPaths(Path(tmp), None, batch_cache))

@@ -68,6 +68,7 @@ def make_track(
         flops_per_sample=6 * (enc * patches + (model.num_parameters() - enc) * mean_tokens),
         shape=f"{shape[0]}x{shape[1]}",
         name=name,
+        lengths=[len(x) for x in train_set.labels],
     )
     log.info(
         "score model: %.2f M parameters; attention: %s",

@@ -63,6 +63,7 @@ def make_track(
         flops_per_sample=6 * (enc * positions + (model.num_parameters() - enc) * mean_tokens),
         shape=f"{features.feature_size}x{features.chunk_length}s",
         name=name,
+        lengths=[len(x) for x in train_set.labels],
     )
     log.info(
         "speech model: %.2f M parameters; attention: %s",

@@ -29,6 +29,7 @@ from accelerate.utils import DataLoaderConfiguration, set_seed
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 from torch.utils.data import DataLoader, Dataset
 from transformers import PreTrainedModel, get_cosine_schedule_with_warmup
+from transformers.trainer_pt_utils import get_length_grouped_indices
 
 from sonfolio.config import EngineOptions, TrainLoop
 from sonfolio.train import checkpoint, ctc, speed
@@ -66,6 +67,8 @@ class Track:
     flops_per_sample: float  # ~6 x params x tokens, for MFU
     shape: str  # the input shape, for the micro-batch cache key
     name: str  # the stage, for logs and the cache key
+    # label length of each train sample: batches of like lengths pad less (group_by_length)
+    lengths: list[int] | None = None
 
 
 @dataclass
@@ -85,12 +88,20 @@ class TrainResult:
 class EpochBatches:
     """Micro-batches of sample indices in a seeded order per epoch, cut to whole optimizer
     steps (`group` = micro-batches per step over all processes); `start` skips the first ones.
-    Accelerate's BatchSamplerShard hands batch i to process i % world_size."""
+    Accelerate's BatchSamplerShard hands batch i to process i % world_size.
+
+    With `lengths`, each micro-batch holds samples of like length (transformers'
+    get_length_grouped_indices, as its Trainer's group_by_length: shuffled, then sorted within
+    mega-batches of 50 micro-batches): the decoder pads to each batch's longest label, so this
+    cuts the padded tokens it computes. Order stays seeded per epoch, so resume is exact."""
 
     drop_last = True
 
-    def __init__(self, size: int, batch_size: int, group: int, seed: int) -> None:
+    def __init__(
+        self, size: int, batch_size: int, group: int, seed: int, lengths: list[int] | None = None
+    ) -> None:
         self.size, self.batch_size, self.group, self.seed = size, batch_size, group, seed
+        self.lengths = lengths
         self.epoch, self.start = 0, 0
         self.per_epoch = size // batch_size // group * group
         if self.per_epoch == 0:
@@ -100,11 +111,13 @@ class EpochBatches:
             )
 
     def __iter__(self) -> Iterator[list[int]]:
-        order = torch.randperm(
-            self.size, generator=torch.Generator().manual_seed(self.seed + self.epoch)
-        )
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        if self.lengths is None:
+            order = torch.randperm(self.size, generator=generator).tolist()
+        else:
+            order = get_length_grouped_indices(self.lengths, self.batch_size, generator=generator)
         for i in range(self.start, self.per_epoch):
-            yield order[i * self.batch_size : (i + 1) * self.batch_size].tolist()
+            yield order[i * self.batch_size : (i + 1) * self.batch_size]
 
     def __len__(self) -> int:
         return self.per_epoch - self.start
@@ -235,7 +248,17 @@ class Run:
         if preload:
             for dataset in (track.train_set, track.val_set):
                 getattr(dataset, "preload", lambda: None)()
-        self.sampler = EpochBatches(len(track.train_set), self.micro, self.accum * world, loop.seed)
+        lengths = track.lengths if self.opts.group_by_length else None
+        self.sampler = EpochBatches(
+            len(track.train_set), self.micro, self.accum * world, loop.seed, lengths
+        )
+        self._choose(
+            "batch_order",
+            "",
+            "samples of like label length batched together (train_engine.group_by_length)"
+            if lengths is not None
+            else "shuffled",
+        )
         loader = DataLoader(
             track.train_set,
             batch_sampler=self.sampler,

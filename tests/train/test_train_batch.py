@@ -56,3 +56,24 @@ def test_probing_leaves_the_training_rng_alone(tmp_path):
 
 def test_divisors():
     assert divisors_down(12) == [12, 6, 4, 3, 2, 1]
+
+
+def test_length_grouped_batches_pad_less_and_cover_the_epoch():
+    from sonfolio.train.engine import EpochBatches
+
+    rng = torch.Generator().manual_seed(1)
+    lengths = torch.randint(5, 90, (640,), generator=rng).tolist()
+    grouped = EpochBatches(640, 8, 2, seed=0, lengths=lengths)
+    shuffled = EpochBatches(640, 8, 2, seed=0)
+
+    def padded(sampler: EpochBatches) -> int:  # tokens the decoder computes, padding included
+        return sum(len(b) * max(lengths[i] for i in b) for b in sampler)
+
+    batches = list(grouped)
+    assert sorted(i for b in batches for i in b) == list(range(640))  # each sample once
+    assert padded(grouped) < 0.75 * padded(shuffled)
+    assert batches == list(EpochBatches(640, 8, 2, seed=0, lengths=lengths))  # seeded
+    grouped.epoch = 1
+    assert list(grouped) != batches  # a new order each epoch
+    grouped.epoch, grouped.start = 0, 5  # resuming mid-epoch skips the batches already done
+    assert list(grouped) == batches[5:]
