@@ -86,8 +86,8 @@ def test_output_does_not_depend_on_the_number_of_workers(
 def test_the_default_dataset_builds_in_well_under_a_minute(params, tmp_path: Path) -> None:
     stats = run(params.speech_data, tmp_path / "speech", tmp_path / "m.json")
     assert stats["seconds"] < 60
-    assert 1500 <= sum(stats["utterances"].values()) <= 3000
-    assert stats["duration_s"]["min"] >= 0.5 and stats["duration_s"]["max"] <= 8.0
+    assert sum(stats["utterances"].values()) == params.speech_data.synthetic.utterances  # none lost
+    assert stats["duration_s"]["min"] >= 0.3 and stats["duration_s"]["max"] <= 8.0  # no empty clip
     assert stats["speakers"]["test"] == len(params.speech_data.synthetic.test_voices)
 
 
