@@ -173,7 +173,7 @@ class _CT2:
         return [r.sequences_ids[0] for r in out]
 
 
-class _OrtLoop:
+class OrtGreedy:
     """The same ONNX files run by a plain greedy loop over ORT sessions (no HF generate).
 
     Written here because neither optimum nor onnxruntime ships a greedy loop for these
@@ -193,21 +193,20 @@ class _OrtLoop:
       are too small to split; the encoder keeps `threads`.
     """
 
-    def __init__(self, spec: Spec) -> None:
+    def __init__(
+        self, folder: Path, threads: int, decoder_threads: int, spin: bool, start: int, eos: int
+    ) -> None:
         import onnx
         import onnxruntime
 
         from sonfolio.export import DECODER, ENCODER, validate_variant, with_past_decoder
 
-        folder = Path(spec.case.folder)
         validate_variant(folder)
-        self.ort, self.spin = onnxruntime, spec.spin_wait
-        self.enc = self._session(str(folder / ENCODER), spec.threads)
-        self.first = self._session(str(folder / DECODER), spec.decoder_threads)
+        self.ort, self.spin = onnxruntime, spin
+        self.enc = self._session(str(folder / ENCODER), threads)
+        self.first = self._session(str(folder / DECODER), decoder_threads)
         merged = onnx.load(str(folder / DECODER))
-        self.next = self._session(
-            with_past_decoder(merged).SerializeToString(), spec.decoder_threads
-        )
+        self.next = self._session(with_past_decoder(merged).SerializeToString(), decoder_threads)
         self.enc_input = self.enc.get_inputs()[0].name
         self.past = [i for i in self.first.get_inputs() if i.name.startswith("past_key_values")]
         self.next_inputs = {i.name for i in self.next.get_inputs()}
@@ -216,7 +215,7 @@ class _OrtLoop:
         # branch returns placeholders for them
         self.step0_only = {n for n in self.presents if ".encoder." in n}
         self.vocab = self.first.get_outputs()[0].shape[-1]
-        self.start, self.eos = spec.prompt[0], spec.eos_id
+        self.start, self.eos = start, eos
 
     def _session(self, model: str | bytes, threads: int) -> Any:
         options = self.ort.SessionOptions()
@@ -274,6 +273,20 @@ class _OrtLoop:
             ids[:, 0] = nxt
             session, binding = self.next, io
         return tokens.tolist()
+
+
+class _OrtLoop(OrtGreedy):
+    """OrtGreedy as a bench runtime, configured from a Spec."""
+
+    def __init__(self, spec: Spec) -> None:
+        super().__init__(
+            Path(spec.case.folder),
+            spec.threads,
+            spec.decoder_threads,
+            spec.spin_wait,
+            spec.prompt[0],
+            spec.eos_id,
+        )
 
 
 RUNTIMES = {"torch": _Torch, "ort": _Ort, "ort_loop": _OrtLoop, "ct2": _CT2}

@@ -46,6 +46,9 @@ def test_score_torch_and_onnx_load_and_decode_alike(score_dirs):
     pixels = torch.rand(2, 1, *SHAPE)  # (B, 1, H, W), ink = 1 as in score.batches
     out = a.generate(pixels, max_new_tokens=5)
     assert len(out) == 2 and all(isinstance(t, str) for t in out)
+    assert b.loop is not None  # the plain ORT greedy loop decodes a CPU ONNX variant...
+    assert b.generate(pixels, max_new_tokens=5) == out
+    b.loop = None  # ...and gives what optimum's generate gives
     assert b.generate(pixels, max_new_tokens=5) == out
 
 
@@ -59,7 +62,22 @@ def test_speech_torch_and_onnx_load_and_decode_alike(speech_dirs):
     assert feats.shape == (2, 80, WINDOW_S * 100)
     out = a.generate(feats, max_new_tokens=4)
     assert len(out) == 2
+    assert b.loop is not None
     assert b.generate(feats, max_new_tokens=4) == out
+    b.loop = None
+    assert b.generate(feats, max_new_tokens=4) == out
+
+
+def test_a_generation_config_beyond_one_start_token_keeps_hf_generate(score_dirs, tmp_path):
+    import json
+    import shutil
+
+    _, onnx_dir = score_dirs
+    folder = shutil.copytree(onnx_dir, tmp_path / "prompted")
+    path = folder / "generation_config.json"
+    config = json.loads(path.read_text())
+    path.write_text(json.dumps({**config, "forced_decoder_ids": [[1, 5]]}))
+    assert variants.load(folder, threads=1).loop is None
 
 
 def test_max_new_tokens_is_capped_by_the_decoder_length(score_dirs):
