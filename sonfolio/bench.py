@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from sonfolio.infer.ortloop import OrtGreedy, set_spinning
 from sonfolio.io import write_json
 
 log = logging.getLogger(__name__)
@@ -79,13 +80,6 @@ def _rss_mb() -> float:
                 return int(line.split()[1]) / 1024  # kB
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # no /proc: macOS, in bytes
     return peak / (1024 * 1024 if sys.platform == "darwin" else 1024)
-
-
-def set_spinning(options: Any, spin: bool) -> None:
-    """ORT's idle intra-op threads spin (its default) or sleep. Sleeping is far faster on a
-    shared machine: a spinning thread of the encoder's pool steals the core the decoder
-    needs (measured 2-3x slower per token with the trainer running; docs/export.md)."""
-    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
 
 
 class _Torch:
@@ -171,108 +165,6 @@ class _CT2:
             suppress_tokens=[self.eos] if forced else [],
         )
         return [r.sequences_ids[0] for r in out]
-
-
-class OrtGreedy:
-    """The same ONNX files run by a plain greedy loop over ORT sessions (no HF generate).
-
-    Written here because neither optimum nor onnxruntime ships a greedy loop for these
-    models (onnxruntime-genai does not run them here, STACK.md): HF generate's per-step
-    Python work (logits processors, stopping criteria, cache objects) costs several ms per
-    token, more than these small decoders' matmuls. What keeps a step cheap (docs/export.md
-    has the measurements):
-    - IO binding: the past key/values stay OrtValues that ORT allocated; each step's
-      `present.*` outputs are bound as the next step's `past_key_values.*` inputs, with no
-      numpy copy of the cache. The token ids are a numpy array that its bound OrtValue shares
-      (CPU OrtValues from numpy do not copy), written in place; the logits land in a
-      preallocated array.
-    - the first step runs the merged decoder (its no-past branch); later steps run its
-      with-past branch as a session of its own (sonfolio.export.with_past_decoder), which
-      skips the `If` and what only the first step needs.
-    - the decoder sessions run `decoder_threads` intra-op threads (1 in params): a step's ops
-      are too small to split; the encoder keeps `threads`.
-    """
-
-    def __init__(
-        self, folder: Path, threads: int, decoder_threads: int, spin: bool, start: int, eos: int
-    ) -> None:
-        import onnx
-        import onnxruntime
-
-        from sonfolio.export import DECODER, ENCODER, validate_variant, with_past_decoder
-
-        validate_variant(folder)
-        self.ort, self.spin = onnxruntime, spin
-        self.enc = self._session(str(folder / ENCODER), threads)
-        self.first = self._session(str(folder / DECODER), decoder_threads)
-        merged = onnx.load(str(folder / DECODER))
-        self.next = self._session(with_past_decoder(merged).SerializeToString(), decoder_threads)
-        self.enc_input = self.enc.get_inputs()[0].name
-        self.past = [i for i in self.first.get_inputs() if i.name.startswith("past_key_values")]
-        self.next_inputs = {i.name for i in self.next.get_inputs()}
-        self.presents = [o.name for o in self.first.get_outputs()][1:]
-        # Whisper's cross-attention keys/values come from the first step only: the with-past
-        # branch returns placeholders for them
-        self.step0_only = {n for n in self.presents if ".encoder." in n}
-        self.vocab = self.first.get_outputs()[0].shape[-1]
-        self.start, self.eos = start, eos
-
-    def _session(self, model: str | bytes, threads: int) -> Any:
-        options = self.ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        options.graph_optimization_level = self.ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        set_spinning(options, self.spin)
-        return self.ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
-
-    def encode(self, x: np.ndarray) -> Any:
-        """Encoder hidden states as an OrtValue, (B, encoder positions, d_model)."""
-        io = self.enc.io_binding()
-        io.bind_cpu_input(self.enc_input, np.ascontiguousarray(x))
-        io.bind_output(self.enc.get_outputs()[0].name, "cpu")
-        self.enc.run_with_iobinding(io)
-        return io.get_outputs()[0]
-
-    def generate(self, x: np.ndarray, new: int, forced: bool) -> list[list[int]]:
-        batch = len(x)
-        value = self.ort.OrtValue.ortvalue_from_numpy
-        ids = np.full((batch, 1), self.start, dtype=np.int64)  # shared with its OrtValue
-        logits = np.empty((batch, 1, self.vocab), dtype=np.float32)  # (B, 1, vocab)
-        fixed = {"input_ids": value(ids), "encoder_hidden_states": self.encode(x)}
-        first, io = self.first.io_binding(), self.next.io_binding()
-        for binding, names in ((first, None), (io, self.next_inputs)):
-            for name, v in fixed.items():
-                if names is None or name in names:
-                    binding.bind_ortvalue_input(name, v)
-            binding.bind_output(
-                "logits", "cpu", 0, np.float32, [batch, 1, self.vocab], logits.ctypes.data
-            )
-        first.bind_ortvalue_input("use_cache_branch", value(np.array([False])))
-        for i in self.past:  # (B, heads, 0, head dim): ignored by the no-past branch
-            empty = np.zeros((batch, i.shape[1], 0, i.shape[3]), dtype=np.float32)
-            first.bind_ortvalue_input(i.name, value(empty))
-        tokens = np.full((batch, new), self.eos, dtype=np.int64)
-        done = np.zeros(batch, dtype=bool)
-        session, binding = self.first, first
-        for step in range(new):
-            for name in self.presents:  # unbound: ORT allocates them at their new length
-                binding.bind_output(name, "cpu")
-            session.run_with_iobinding(binding)
-            last = logits[:, -1]  # (B, vocab)
-            if forced:
-                last[:, self.eos] = -np.inf
-            nxt = np.where(done, self.eos, last.argmax(-1))
-            tokens[:, step] = nxt
-            done |= nxt == self.eos
-            if done.all():
-                tokens = tokens[:, : step + 1]
-                break
-            for name, out in zip(self.presents, binding.get_outputs()[1:], strict=True):
-                if step == 0 or name not in self.step0_only:
-                    io.bind_ortvalue_input(name.replace("present", "past_key_values", 1), out)
-            ids[:, 0] = nxt
-            session, binding = self.next, io
-        return tokens.tolist()
 
 
 class _OrtLoop(OrtGreedy):

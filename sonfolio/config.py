@@ -265,6 +265,8 @@ class TrainLoop(Strict):
     decode_max_tokens: Positive  # greedy decoding length limit for the held-out error rate
     # weight of the auxiliary CTC loss on the encoder (sonfolio/train/ctc.py); 0: none
     ctc_weight: Annotated[float, Field(ge=0.0, lt=1.0)]
+    # encoder states averaged per CTC frame (1: every state); the labels must still fit
+    ctc_pool: Annotated[int, Field(ge=1, le=8)]
     seed: int
 
 

@@ -22,11 +22,13 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import (
+    AutoConfig,
     AutoTokenizer,
     PreTrainedTokenizerBase,
     VisionEncoderDecoderModel,
@@ -71,10 +73,21 @@ class Variant:
     processor: Any
     folder: Path
     device: str
-    model: Any = field(repr=False)
-    # sonfolio.bench.OrtGreedy over the same files where it decodes as HF generate would
+    config: Any = field(repr=False)  # the model's transformers config
+    # loads the transformers / optimum model; called on first use of `model` only, so a
+    # variant decoded by `loop` never pays optimum's start-up (its sessions are separate)
+    load_model: Callable[[], Any] = field(repr=False)
+    # sonfolio.infer.ortloop.OrtGreedy over the same files where it decodes as HF generate would
     # (see _greedy_loop); None: optimum's generate
     loop: Any = field(default=None, repr=False)
+    _model: Any = field(default=None, init=False, repr=False)
+
+    @property
+    def model(self) -> Any:
+        """The transformers model (PyTorch) or optimum's ORTModel (ONNX), loaded on first use."""
+        if self._model is None:
+            self._model = self.load_model()
+        return self._model
 
     @property
     def input_name(self) -> str:
@@ -94,12 +107,12 @@ class Variant:
         Returns:
             B texts, special tokens removed.
         """
-        if self.kind == "torch":
-            inputs = inputs.to(self.model.device)
-        limit = decoder_positions(self.model.config) - 1  # the start token takes a position
+        limit = decoder_positions(self.config) - 1  # the start token takes a position
         if self.loop is not None:
             ids = self.loop.generate(inputs.numpy(), min(max_new_tokens, limit), forced=False)
             return self.tokenizer.batch_decode(ids, skip_special_tokens=True)
+        if self.kind == "torch":
+            inputs = inputs.to(self.model.device)
         ids = self.model.generate(
             inputs, max_new_tokens=min(max_new_tokens, limit), num_beams=1, do_sample=False
         )
@@ -137,19 +150,23 @@ def load(folder: Path, threads: int | None = None, device: str = "auto") -> Vari
         raise VariantError(f"{folder} is not a folder: train or export the model first")
     track = _track(folder)
     tokenizer, processor = _preprocessing(folder, track)
-    onnx_files = sorted(folder.glob("*.onnx"))
-    if onnx_files:
-        model, where = _load_onnx(folder, track, threads, device)
-        kind = "onnx"
+    config = _config(folder)
+    loop = None
+    if any(folder.glob("*.onnx")):
+        kind, where = "onnx", _provider(device)
+        loop = _greedy_loop(folder, where, threads)
+        load_model = partial(_load_onnx, folder, track, threads, where)
+        if loop is None:  # optimum decodes: load it now, so a bad file fails here
+            model = load_model()
+            load_model = partial(_same, model)
     elif any((folder / w).is_file() for w in TORCH_WEIGHTS):
         model, where = _load_torch(folder, track, threads, device)
-        kind = "torch"
+        kind, load_model = "torch", partial(_same, model)
     else:
         raise VariantError(
             f"{folder} holds neither {TORCH_WEIGHTS[0]} (a PyTorch model) nor {ENCODER} "
             "(an ONNX export): rerun the stage that writes it"
         )
-    loop = _greedy_loop(folder, where, threads) if kind == "onnx" else None
     log.info(
         "variant %s: %s %s model on %s, decoded by %s",
         folder.name,
@@ -158,7 +175,22 @@ def load(folder: Path, threads: int | None = None, device: str = "auto") -> Vari
         where,
         "the plain ORT greedy loop" if loop is not None else "HF generate",
     )
-    return Variant(folder.name, kind, track, tokenizer, processor, folder, where, model, loop)
+    return Variant(
+        folder.name, kind, track, tokenizer, processor, folder, where, config, load_model, loop
+    )
+
+
+def _same(model: Any) -> Any:
+    return model
+
+
+def _config(folder: Path) -> Any:
+    try:
+        return AutoConfig.from_pretrained(str(folder))
+    except (OSError, ValueError) as err:
+        raise VariantError(
+            f"{folder / 'config.json'} is unreadable ({err}): re-save the model"
+        ) from err
 
 
 # generation_config.json keys that change nothing in greedy decoding from one start token
@@ -173,7 +205,7 @@ _PLAIN_GENERATION = {
 
 
 def _greedy_loop(folder: Path, provider: str, threads: int | None) -> Any:
-    """sonfolio.bench.OrtGreedy over the folder's files (2.7-4x faster than optimum's
+    """sonfolio.infer.ortloop.OrtGreedy over the folder's files (2.7-4x faster than optimum's
     generate on the CPU defaults: docs/export.md), or None where it would not decode as HF
     generate does: not on the CPU, no merged decoder, or a generation config with more than
     one start token's worth of settings (a hub Whisper's language / task prompt, suppressed
@@ -188,9 +220,14 @@ def _greedy_loop(folder: Path, provider: str, threads: int | None) -> Any:
     start, eos = config.get("decoder_start_token_id"), config.get("eos_token_id")
     if set(config) - _PLAIN_GENERATION or not isinstance(start, int) or not isinstance(eos, int):
         return None
-    from sonfolio.bench import OrtGreedy
+    from sonfolio.export import OnnxFileError
+    from sonfolio.infer.ortloop import OrtGreedy
 
-    return OrtGreedy(folder, threads or torch.get_num_threads(), 1, True, start, eos)
+    _onnx_files(folder)  # names a missing file as optimum would
+    try:
+        return OrtGreedy(folder, threads or torch.get_num_threads(), 1, True, start, eos)
+    except OnnxFileError as err:
+        raise VariantError(str(err)) from err
 
 
 def discover(fp32_dir: Path, export_dir: Path | None) -> list[Path]:
@@ -294,12 +331,11 @@ def _onnx_files(folder: Path) -> list[Path]:
     )
 
 
-def _load_onnx(folder: Path, track: str, threads: int | None, device: str) -> tuple[Any, str]:
+def _load_onnx(folder: Path, track: str, threads: int | None, provider: str) -> Any:
     import onnxruntime as ort
     from optimum.onnxruntime import ORTModelForSpeechSeq2Seq, ORTModelForVision2Seq
 
     files = _onnx_files(folder)
-    provider = _provider(device)
     options = ort.SessionOptions()
     if threads:
         options.intra_op_num_threads = threads
@@ -313,7 +349,7 @@ def _load_onnx(folder: Path, track: str, threads: int | None, device: str) -> tu
                 f"{bad} is not a readable ONNX model ({err}): rerun the export stage"
             ) from err
         raise VariantError(f"{folder}: ONNX Runtime could not load the model: {err}") from err
-    return model, provider
+    return model
 
 
 def _unreadable(files: list[Path]) -> Path | None:

@@ -52,13 +52,20 @@ def ctc_loss(
     labels: torch.Tensor,
     blank: int,
     ignore: tuple[int, ...],
+    pool: int = 1,
 ) -> torch.Tensor:
     """Mean CTC loss per target token over the batch.
 
     encoder_states: (B, T, C); labels: (B, L) with -100 padding. Tokens in `ignore` (the end
-    token) are not CTC targets. A sample whose targets cannot fit T frames contributes 0
-    (zero_infinity), so one long outlier does not poison the batch.
+    token) are not CTC targets. `pool` > 1 averages that many neighbouring states first (T /
+    pool frames): the head's matmul, softmax and the CTC lattice all shrink by that factor.
+    A sample whose targets cannot fit the frames contributes 0 (zero_infinity), so one long
+    outlier does not poison the batch.
     """
+    if pool > 1:
+        encoder_states = F.avg_pool1d(
+            encoder_states.transpose(1, 2), pool, pool, ceil_mode=True
+        ).transpose(1, 2)
     logp = head(encoder_states).float().log_softmax(-1).transpose(0, 1)  # (T, B, V)
     keep = labels >= 0
     for token in ignore:
@@ -87,7 +94,8 @@ def joint(
     weight: float,
     blank: int,
     ignore: tuple[int, ...],
+    pool: int = 1,
 ) -> torch.Tensor:
     """(1 - weight) * ce + weight * ctc over the encoder states of `outputs`."""
     states = outputs.encoder_last_hidden_state  # (B, T, C): Seq2SeqLMOutput
-    return (1.0 - weight) * ce + weight * ctc_loss(head, states, labels, blank, ignore)
+    return (1.0 - weight) * ce + weight * ctc_loss(head, states, labels, blank, ignore, pool)

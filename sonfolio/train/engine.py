@@ -362,6 +362,7 @@ class Run:
             self.loop.ctc_weight,
             blank=config.pad_token_id,
             ignore=(self.track.model.generation_config.eos_token_id,),
+            pool=self.loop.ctc_pool,
         )
 
     def _optimizer_step(self, loss: torch.Tensor) -> dict[str, float]:
