@@ -35,9 +35,13 @@ class OrtGreedy:
     - the first step runs the merged decoder (its no-past branch); later steps run its
       with-past branch as a session of its own (sonfolio.export.with_past_decoder), which
       skips the `If` and what only the first step needs.
-    - the decoder sessions run `decoder_threads` intra-op threads (1 in params): a step's ops
-      are too small to split; the encoder keeps `threads`.
+    - the decoder sessions run `decoder_threads` intra-op threads (1 in params) at batch 1: a
+      step's ops are too small to split; the encoder keeps `threads`. From `batch_threads`
+      samples a batch up, a second pair of decoder sessions with `threads` threads runs it
+      (made on first use): there the ops are big enough to share.
     """
+
+    batch_threads = 4  # a batch of at least this many decodes with `threads` threads
 
     def __init__(
         self, folder: Path, threads: int, decoder_threads: int, spin: bool, start: int, eos: int
@@ -49,9 +53,11 @@ class OrtGreedy:
         load_onnx(folder / ENCODER)  # names a missing or corrupt file (OnnxFileError)
         merged = load_onnx(folder / DECODER)  # checked, and its with-past branch cut out
         self.ort, self.spin = onnxruntime, spin
+        self.folder, self.threads, self.decoder_threads = folder, threads, decoder_threads
         self.enc = self._session(str(folder / ENCODER), threads)
         self.first = self._session(str(folder / DECODER), decoder_threads)
         self.next = self._session(with_past_decoder(merged).SerializeToString(), decoder_threads)
+        self._decoders = {decoder_threads: (self.first, self.next)}
         self.enc_input = self.enc.get_inputs()[0].name
         self.past = [i for i in self.first.get_inputs() if i.name.startswith("past_key_values")]
         self.next_inputs = {i.name for i in self.next.get_inputs()}
@@ -61,6 +67,19 @@ class OrtGreedy:
         self.step0_only = {n for n in self.presents if ".encoder." in n}
         self.vocab = self.first.get_outputs()[0].shape[-1]
         self.start, self.eos = start, eos
+
+    def _decoder_pair(self, batch: int) -> tuple[Any, Any]:
+        """The (first step, later steps) decoder sessions for a batch of this size."""
+        threads = self.threads if batch >= self.batch_threads else self.decoder_threads
+        if threads not in self._decoders:
+            import onnx
+
+            from sonfolio.export import DECODER, with_past_decoder
+
+            merged = self._session(str(self.folder / DECODER), threads)
+            past = with_past_decoder(onnx.load(str(self.folder / DECODER))).SerializeToString()
+            self._decoders[threads] = (merged, self._session(past, threads))
+        return self._decoders[threads]
 
     def _session(self, model: str | bytes, threads: int) -> Any:
         options = self.ort.SessionOptions()
@@ -84,7 +103,8 @@ class OrtGreedy:
         ids = np.full((batch, 1), self.start, dtype=np.int64)  # shared with its OrtValue
         logits = np.empty((batch, 1, self.vocab), dtype=np.float32)  # (B, 1, vocab)
         fixed = {"input_ids": value(ids), "encoder_hidden_states": self.encode(x)}
-        first, io = self.first.io_binding(), self.next.io_binding()
+        first_session, next_session = self._decoder_pair(batch)
+        first, io = first_session.io_binding(), next_session.io_binding()
         for binding, names in ((first, None), (io, self.next_inputs)):
             for name, v in fixed.items():
                 if names is None or name in names:
@@ -98,7 +118,7 @@ class OrtGreedy:
             first.bind_ortvalue_input(i.name, value(empty))
         tokens = np.full((batch, new), self.eos, dtype=np.int64)
         done = np.zeros(batch, dtype=bool)
-        session, binding = self.first, first
+        session, binding = first_session, first
         for step in range(new):
             for name in self.presents:  # unbound: ORT allocates them at their new length
                 binding.bind_output(name, "cpu")
@@ -116,5 +136,5 @@ class OrtGreedy:
                 if step == 0 or name not in self.step0_only:
                     io.bind_ortvalue_input(name.replace("present", "past_key_values", 1), out)
             ids[:, 0] = nxt
-            session, binding = self.next, io
+            session, binding = next_session, io
         return tokens.tolist()
