@@ -36,7 +36,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from sonfolio.config import Export, TrackExport
+from sonfolio.config import Export, TrackExport, load_params
 from sonfolio.io import write_json
 
 log = logging.getLogger(__name__)
@@ -715,3 +715,19 @@ def run_stage(
         {k: v.get("bytes", v.get("status")) for k, v in metrics.items() if isinstance(v, dict)},
     )
     return metrics
+
+
+def stage_main(spec: TrackSpec, track: str) -> dict[str, Any]:
+    """The export stage of `track` ("score" or "speech") as dvc.yaml runs it: its params and
+    paths from params.yaml (`<track>_export`, `<track>_model`, `<track>_qat`)."""
+    params = load_params()
+    paths = params.paths
+    return run_stage(
+        spec,
+        params.export,
+        getattr(params, f"{track}_export"),
+        getattr(paths, f"{track}_model"),
+        getattr(paths, f"{track}_qat"),  # one QAT-trained model per scheme: int8/, int4/
+        getattr(paths, f"{track}_export"),
+        paths.metrics / f"{spec.export_stage}.json",
+    )

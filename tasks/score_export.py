@@ -13,11 +13,7 @@ score_qat stage's models (docs/export.md).
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
-from sonfolio.config import Export, TrackExport, load_params
-from sonfolio.export import TrackSpec, run_stage
+from sonfolio.export import TrackSpec, stage_main
 from sonfolio.logs import setup_logging
 
 STAGE = "score_export"
@@ -36,30 +32,9 @@ TRACK = TrackSpec(
 )
 
 
-def run(
-    cfg: Export,
-    card: TrackExport,
-    fp32_model: Path,
-    qat_model: Path | None,
-    out: Path,
-    metrics_path: Path,
-) -> dict[str, Any]:
-    """sonfolio.export.run_stage for this track."""
-    return run_stage(TRACK, cfg, card, fp32_model, qat_model, out, metrics_path)
-
-
 def main() -> None:
     setup_logging()
-    params = load_params()
-    paths = params.paths
-    run(
-        params.export,
-        params.score_export,
-        paths.score_model,
-        paths.score_qat,  # one QAT-trained model per scheme: int8/, int4/
-        paths.score_export,
-        paths.metrics / f"{STAGE}.json",
-    )
+    stage_main(TRACK, "score")
 
 
 if __name__ == "__main__":

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from sonfolio.config import load_params
-from sonfolio.export import DECODER, validate_variant
-from tasks.speech_export import run as speech_export
+from sonfolio.export import DECODER, run_stage, validate_variant
+from tasks.speech_export import TRACK as SPEECH_TRACK
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -53,8 +53,14 @@ def exported(tiny_whisper, tmp_path_factory) -> tuple[Path, dict]:
     out = tmp_path / "speech_onnx"
     qat = tmp_path / "speech_qat"  # the QAT stage's layout: one model per scheme
     shutil.copytree(tiny_whisper, qat / "int8")
-    metrics = speech_export(
-        params.export, params.speech_export, tiny_whisper, qat, out, tmp_path / "m.json"
+    metrics = run_stage(
+        SPEECH_TRACK,
+        params.export,
+        params.speech_export,
+        tiny_whisper,
+        qat,
+        out,
+        tmp_path / "m.json",
     )
     return out, metrics
 
