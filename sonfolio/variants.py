@@ -74,9 +74,9 @@ class Variant:
     folder: Path
     device: str
     config: Any = field(repr=False)  # the model's transformers config
-    # loads the transformers / optimum model; called on first use of `model` only, so a
-    # variant decoded by `loop` never pays optimum's start-up (its sessions are separate)
-    load_model: Callable[[], Any] = field(repr=False)
+    # loads optimum's model on first use of `model`, so a variant decoded by `loop` never pays
+    # optimum's start-up (its sessions are separate); None: the model was loaded with the variant
+    load_model: Callable[[], Any] | None = field(repr=False)
     # sonfolio.infer.ortloop.OrtGreedy over the same files where it decodes as HF generate would
     # (see _greedy_loop); None: optimum's generate
     loop: Any = field(default=None, repr=False)
@@ -151,17 +151,16 @@ def load(folder: Path, threads: int | None = None, device: str = "auto") -> Vari
     track = _track(folder)
     tokenizer, processor = _preprocessing(folder, track)
     config = _config(folder)
-    loop = None
+    loop, model = None, None
     if any(folder.glob("*.onnx")):
         kind, where = "onnx", _provider(device)
         loop = _greedy_loop(folder, where, threads)
         load_model = partial(_load_onnx, folder, track, threads, where)
         if loop is None:  # optimum decodes: load it now, so a bad file fails here
             model = load_model()
-            load_model = partial(_same, model)
     elif any((folder / w).is_file() for w in TORCH_WEIGHTS):
         model, where = _load_torch(folder, track, threads, device)
-        kind, load_model = "torch", partial(_same, model)
+        kind, load_model = "torch", None
     else:
         raise VariantError(
             f"{folder} holds neither {TORCH_WEIGHTS[0]} (a PyTorch model) nor {ENCODER} "
@@ -175,13 +174,11 @@ def load(folder: Path, threads: int | None = None, device: str = "auto") -> Vari
         where,
         "the plain ORT greedy loop" if loop is not None else "HF generate",
     )
-    return Variant(
+    variant = Variant(
         folder.name, kind, track, tokenizer, processor, folder, where, config, load_model, loop
     )
-
-
-def _same(model: Any) -> Any:
-    return model
+    variant._model = model  # None until first use where the loop decodes
+    return variant
 
 
 def _config(folder: Path) -> Any:

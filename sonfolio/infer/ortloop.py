@@ -50,15 +50,14 @@ class OrtGreedy:
     ) -> None:
         import onnxruntime
 
-        from sonfolio.export import DECODER, ENCODER, load_onnx, with_past_decoder
+        from sonfolio.export import DECODER, ENCODER, load_onnx
 
         load_onnx(folder / ENCODER)  # names a missing or corrupt file (OnnxFileError)
         merged = load_onnx(folder / DECODER)  # checked, and its with-past branch cut out
         self.ort, self.spin = onnxruntime, spin
         self.folder, self.threads, self.decoder_threads = folder, threads, decoder_threads
         self.enc = self._session(str(folder / ENCODER), threads)
-        self.first = self._session(str(folder / DECODER), decoder_threads)
-        self.next = self._session(with_past_decoder(merged).SerializeToString(), decoder_threads)
+        self.first, self.next = self._pair(merged, decoder_threads)
         self._decoders = {decoder_threads: (self.first, self.next)}
         self.enc_input = self.enc.get_inputs()[0].name
         self.past = [i for i in self.first.get_inputs() if i.name.startswith("past_key_values")]
@@ -76,12 +75,18 @@ class OrtGreedy:
         if threads not in self._decoders:
             import onnx
 
-            from sonfolio.export import DECODER, with_past_decoder
+            from sonfolio.export import DECODER
 
-            merged = self._session(str(self.folder / DECODER), threads)
-            past = with_past_decoder(onnx.load(str(self.folder / DECODER))).SerializeToString()
-            self._decoders[threads] = (merged, self._session(past, threads))
+            # parsed again rather than kept since start-up: a large decoder's proto is GBs
+            self._decoders[threads] = self._pair(onnx.load(str(self.folder / DECODER)), threads)
         return self._decoders[threads]
+
+    def _pair(self, merged: Any, threads: int) -> tuple[Any, Any]:
+        """Sessions for the merged decoder (first step) and its with-past branch (the rest)."""
+        from sonfolio.export import DECODER, with_past_decoder
+
+        past = with_past_decoder(merged).SerializeToString()
+        return self._session(str(self.folder / DECODER), threads), self._session(past, threads)
 
     def _session(self, model: str | bytes, threads: int) -> Any:
         options = self.ort.SessionOptions()
