@@ -180,7 +180,7 @@ def print_table(result: dict[str, Any]) -> None:
         f"threads {cond['threads']}, load average {cond['load_average_before'][0]} -> "
         f"{cond['load_average_after'][0]} on {cond['cpus']} cores"
     )
-    Console().print(table)
+    Console(width=max(Console().width, 120)).print(table)
 
 
 if __name__ == "__main__":

@@ -106,7 +106,7 @@ def main() -> None:
     for k, v in result["systems_per_s"].items():
         table.add_row(f"systems/s, {k.replace('_', ' ')}", f"{v:.1f}", ">= 60")
     table.add_row("no-op dvc repro, s", f"{result['noop_repro_s']:.2f}", "<= 2")
-    Console().print(table)
+    Console(width=max(Console().width, 120)).print(table)
     print(f"wrote {RESULTS}")
 
 

@@ -110,7 +110,7 @@ def main() -> None:
         table.add_row(f"utterances/s, {k.replace('_', ' ')}", f"{v:.1f}", target)
     for k, v in result["step_ms"].items():
         table.add_row(f"{k}, ms per clip (1 process)", f"{v:.2f}", "")
-    Console().print(table)
+    Console(width=max(Console().width, 120)).print(table)
     print(f"wrote {RESULTS}")
 
 

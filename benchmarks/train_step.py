@@ -123,7 +123,7 @@ def main() -> None:
             ),
             f"{result[track]['samples_per_s']:.1f}",
         )
-    Console().print(table)
+    Console(width=max(Console().width, 120)).print(table)
     print(f"wrote {RESULTS}")
 
 

@@ -340,12 +340,8 @@ class Run:
             tokens += n_tokens
         with timer.phase("optimizer"):
             info = self._optimizer_step(torch.stack(losses).mean())
-        timer.end_step()
         world = acc.num_processes
-        info.update(
-            samples_per_s=samples * world / timer.last_step_s,
-            tokens_per_s=tokens * world / timer.last_step_s,
-        )
+        timer.end_step(samples * world, tokens * world)
         return info
 
     def _loss(self, model: torch.nn.Module, batch: dict[str, Any]) -> torch.Tensor:
@@ -534,14 +530,15 @@ def train(track: Track, loop: TrainLoop, opts: EngineOptions, paths: RunPaths) -
 
 def _log_train(run: Run, curves: Curves, last: dict[str, float], peak: float | None) -> None:
     breakdown = run.timer.summary()
-    flops = run.track.flops_per_sample * last["samples_per_s"]
+    speed = run.timer.throughput()
+    flops = run.track.flops_per_sample * speed["samples_per_s"]
     mfu = round(100 * flops / peak, 2) if peak else None
     values = {
         "train/loss": last["loss"],
         "train/lr": last["lr"],
         "train/grad_norm": last["grad_norm"],
-        "speed/samples_per_s": round(last["samples_per_s"], 2),
-        "speed/tokens_per_s": round(last["tokens_per_s"], 1),
+        "speed/samples_per_s": round(speed["samples_per_s"], 2),
+        "speed/tokens_per_s": round(speed["tokens_per_s"], 1),
         "speed/mfu_pct": mfu,
         "stability/nan_skipped_steps": run.guard.skipped_steps,
         "stability/nan_rollbacks": run.guard.rollbacks,
@@ -556,8 +553,8 @@ def _log_train(run: Run, curves: Curves, last: dict[str, float], peak: float | N
         run.state.step,
         last["loss"],
         last["lr"],
-        last["samples_per_s"],
-        last["tokens_per_s"],
+        speed["samples_per_s"],
+        speed["tokens_per_s"],
         pct,
     )
 

@@ -27,6 +27,7 @@ class StepTimer:
         self._totals = dict.fromkeys(PHASES, 0.0)
         self._step_total = 0.0
         self._steps = 0
+        self._samples = self._tokens = 0
         self._step_start: float | None = None
         self._sync = False
         self.last_step_s = 0.0
@@ -48,21 +49,35 @@ class StepTimer:
         finally:
             self._totals[name] += self._now() - start
 
-    def end_step(self) -> None:
+    def end_step(self, samples: int = 0, tokens: int = 0) -> None:
+        """Close the step; `samples` and `tokens` it trained on (all processes) count towards
+        `throughput()`."""
         assert self._step_start is not None, "end_step() without start_step()"
-        self.last_step_s = self._now() - self._step_start
-        self._step_total += self.last_step_s
+        self._step_total += self._now() - self._step_start
         self._steps += 1
+        self._samples += samples
+        self._tokens += tokens
         self._step_start = None
 
     def reset(self) -> None:
         """Forget what was measured (after warm-up steps, whose compile time would dominate)."""
         self._totals = dict.fromkeys(PHASES, 0.0)
         self._step_total, self._steps = 0.0, 0
+        self._samples = self._tokens = 0
 
     @property
     def steps(self) -> int:
         return self._steps
+
+    def throughput(self) -> dict[str, float]:
+        """samples/s and tokens/s over every step since the last reset (one step's own speed
+        swings with its batch's label lengths and with the machine's load)."""
+        if not self._step_total:
+            return {"samples_per_s": 0.0, "tokens_per_s": 0.0}
+        return {
+            "samples_per_s": self._samples / self._step_total,
+            "tokens_per_s": self._tokens / self._step_total,
+        }
 
     def summary(self) -> dict[str, float]:
         """`<phase>_ms` (per step) and `<phase>_pct` (of step time) for the four phases and
