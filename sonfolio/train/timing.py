@@ -30,7 +30,6 @@ class StepTimer:
         self._samples = self._tokens = 0
         self._step_start: float | None = None
         self._sync = False
-        self.last_step_s = 0.0
 
     def _now(self) -> float:
         if self._sync:
