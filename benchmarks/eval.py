@@ -29,9 +29,9 @@ from typing import Any
 import numpy as np
 import onnxruntime
 import torch
-from rich.console import Console
 from rich.table import Table
 
+from benchmarks import console
 from sonfolio import variants
 from sonfolio.config import Params, load_params
 from sonfolio.io import read_jsonl, write_json
@@ -180,7 +180,7 @@ def print_table(result: dict[str, Any]) -> None:
         f"threads {cond['threads']}, load average {cond['load_average_before'][0]} -> "
         f"{cond['load_average_after'][0]} on {cond['cpus']} cores"
     )
-    Console(width=max(Console().width, 120)).print(table)
+    console().print(table)
 
 
 if __name__ == "__main__":

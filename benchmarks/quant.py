@@ -22,9 +22,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 
+from benchmarks import console
 from sonfolio.config import Params, load_params
 from sonfolio.io import write_json
 from sonfolio.logs import setup_logging
@@ -156,11 +156,11 @@ def main() -> None:
     benches = read_benches(params) if args.reuse else run_benches(params)
     result = summary(benches, params)
     write_json(RESULTS, result)
-    console = Console(width=max(Console().width, 150))
-    console.print(table(result))
+    screen = console(150)
+    screen.print(table(result))
     for track, data in result["tracks"].items():
-        console.print(f"{track}: targets {data['targets_met']}; conditions {data['conditions']}")
-    console.print(f"written: {RESULTS}")
+        screen.print(f"{track}: targets {data['targets_met']}; conditions {data['conditions']}")
+    screen.print(f"written: {RESULTS}")
 
 
 if __name__ == "__main__":

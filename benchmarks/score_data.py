@@ -22,9 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
 
+from benchmarks import console
 from sonfolio.config import ScoreData, load_params
 from sonfolio.io import write_json
 from tasks.score_data import run
@@ -106,7 +106,7 @@ def main() -> None:
     for k, v in result["systems_per_s"].items():
         table.add_row(f"systems/s, {k.replace('_', ' ')}", f"{v:.1f}", ">= 60")
     table.add_row("no-op dvc repro, s", f"{result['noop_repro_s']:.2f}", "<= 2")
-    Console(width=max(Console().width, 120)).print(table)
+    console().print(table)
     print(f"wrote {RESULTS}")
 
 

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from rich.console import Console
 from rich.table import Table
 
+from benchmarks import console
 from sonfolio.config import SpeechData, load_params
 from sonfolio.io import write_json
 from sonfolio.parallel import worker_count
@@ -110,7 +110,7 @@ def main() -> None:
         table.add_row(f"utterances/s, {k.replace('_', ' ')}", f"{v:.1f}", target)
     for k, v in result["step_ms"].items():
         table.add_row(f"{k}, ms per clip (1 process)", f"{v:.2f}", "")
-    Console(width=max(Console().width, 120)).print(table)
+    console().print(table)
     print(f"wrote {RESULTS}")
 
 

@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from rich.console import Console
 from rich.table import Table
 
+from benchmarks import console
 from sonfolio.config import Params, load_params
 from sonfolio.io import write_json
 from sonfolio.train.engine import RunPaths, train
@@ -123,7 +123,7 @@ def main() -> None:
             ),
             f"{result[track]['samples_per_s']:.1f}",
         )
-    Console(width=max(Console().width, 120)).print(table)
+    console().print(table)
     print(f"wrote {RESULTS}")
 
 

@@ -717,9 +717,10 @@ def run_stage(
     return metrics
 
 
-def stage_main(spec: TrackSpec, track: str) -> dict[str, Any]:
-    """The export stage of `track` ("score" or "speech") as dvc.yaml runs it: its params and
-    paths from params.yaml (`<track>_export`, `<track>_model`, `<track>_qat`)."""
+def stage_main(spec: TrackSpec) -> dict[str, Any]:
+    """The track's export stage as dvc.yaml runs it: its params and paths from params.yaml
+    (`<track>_export`, `<track>_model`, `<track>_qat`, the track named by spec.export_stage)."""
+    track = spec.export_stage.removesuffix("_export")
     params = load_params()
     paths = params.paths
     return run_stage(

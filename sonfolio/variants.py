@@ -80,7 +80,8 @@ class Variant:
     # sonfolio.infer.ortloop.OrtGreedy over the same files where it decodes as HF generate would
     # (see _greedy_loop); None: optimum's generate
     loop: Any = field(default=None, repr=False)
-    _model: Any = field(default=None, init=False, repr=False)
+    # the model itself where it was loaded with the variant (torch, or ONNX that optimum decodes)
+    _model: Any = field(default=None, repr=False)
 
     @property
     def model(self) -> Any:
@@ -174,11 +175,19 @@ def load(folder: Path, threads: int | None = None, device: str = "auto") -> Vari
         where,
         "the plain ORT greedy loop" if loop is not None else "HF generate",
     )
-    variant = Variant(
-        folder.name, kind, track, tokenizer, processor, folder, where, config, load_model, loop
+    return Variant(
+        folder.name,
+        kind,
+        track,
+        tokenizer,
+        processor,
+        folder,
+        where,
+        config,
+        load_model,
+        loop,
+        model,
     )
-    variant._model = model  # None until first use where the loop decodes
-    return variant
 
 
 def _config(folder: Path) -> Any:

@@ -34,7 +34,7 @@ TRACK = TrackSpec(
 
 def main() -> None:
     setup_logging()
-    stage_main(TRACK, "score")
+    stage_main(TRACK)
 
 
 if __name__ == "__main__":

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from sonfolio.train import timing
 from sonfolio.train.timing import StepTimer
 
 
 def _clock(monkeypatch, times):
+    """The timer reads these instants in turn (its own clock only, not the process's)."""
     ticks = iter(times)
-    monkeypatch.setattr(timing.time, "perf_counter", lambda: next(ticks))
+    monkeypatch.setattr(StepTimer, "_now", lambda self: next(ticks))
 
 
 def test_throughput_is_the_window_mean_not_the_last_step(monkeypatch):
