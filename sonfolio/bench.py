@@ -10,6 +10,11 @@ Latency is measured on a forced decode length (`decode_tokens`, end of text supp
 every runtime does the same work: encoder ms (encoder alone), end-to-end ms (encoder + greedy
 decode of that many tokens, batch 1), decoder ms per token = (end-to-end - encoder) / tokens.
 Quality comes from a separate greedy decode that stops at end of text.
+
+A model read by its CTC head (config `ctc_decoding`, sonfolio.train.ctc) has no decoder steps:
+every runtime runs its encoder with the head and collapses the best labels, so end-to-end is
+the encoder's time plus the head's, and "decoder ms per token" is what little that adds
+spread over `decode_tokens`; `decoding` says which a variant used.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from sonfolio.infer.ortloop import OrtGreedy, set_spinning
+from sonfolio.infer.ortloop import OrtCtc, OrtGreedy, set_spinning
 from sonfolio.io import write_json
 
 log = logging.getLogger(__name__)
@@ -88,10 +93,13 @@ class _Torch:
         from transformers import AutoModelForSpeechSeq2Seq, VisionEncoderDecoderModel
 
         torch.set_num_threads(spec.threads)
+        from sonfolio.train import ctc
+
         cls = VisionEncoderDecoderModel if spec.track == "score" else AutoModelForSpeechSeq2Seq
         self.dtype = torch.bfloat16 if spec.case.dtype == "bf16" else torch.float32
-        self.model = cls.from_pretrained(spec.case.folder, dtype=self.dtype).eval()
-        self.torch = torch
+        model = cls.from_pretrained(spec.case.folder, dtype=self.dtype)
+        self.model = ctc.load_head(model, Path(spec.case.folder)).eval()
+        self.torch, self.ctc = torch, ctc if ctc.decodes_with_ctc(model.config) else None
 
     def tensor(self, x: np.ndarray) -> Any:
         return self.torch.from_numpy(x).to(self.dtype)
@@ -101,6 +109,8 @@ class _Torch:
             self.model.get_encoder()(self.tensor(x))
 
     def generate(self, x: np.ndarray, new: int, forced: bool) -> list[list[int]]:
+        if self.ctc is not None:  # read by the CTC head: no decoder steps to force
+            return self.ctc.greedy(self.model, self.tensor(x), new)
         kw = {"min_new_tokens": new} if forced else {}
         with self.torch.inference_mode():
             ids = self.model.generate(
@@ -128,10 +138,17 @@ class _Ort(_Torch):
         )
         self.torch, self.dtype = torch, torch.float32
         self.key = "pixel_values" if spec.track == "score" else "input_features"
+        reads, blank = reads_with_ctc(Path(spec.case.folder))
+        self.ctc = OrtCtc.from_session(self.model.encoder.session, blank) if reads else None
 
     def encode(self, x: np.ndarray) -> None:
         kw = {} if self.key == "pixel_values" else {"attention_mask": None}
         self.model.encoder(**{self.key: self.tensor(x)}, **kw)
+
+    def generate(self, x: np.ndarray, new: int, forced: bool) -> list[list[int]]:
+        if self.ctc is not None:  # the encoder session's ctc_logits output
+            return self.ctc.generate(x, new)
+        return super().generate(x, new, forced)
 
 
 class _CT2:
@@ -181,7 +198,23 @@ class _OrtLoop(OrtGreedy):
         )
 
 
-RUNTIMES = {"torch": _Torch, "ort": _Ort, "ort_loop": _OrtLoop, "ct2": _CT2}
+def reads_with_ctc(folder: Path) -> tuple[bool, int | None]:
+    """(whether the variant is read by its CTC head, the blank id), from its config.json."""
+    from sonfolio.train.ctc import DECODING
+
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    return bool(config.get(DECODING)), config.get("pad_token_id")
+
+
+def _ort_loop(spec: Spec) -> Any:
+    """Our loop: OrtCtc for a model read by its CTC head, else the greedy decoder loop."""
+    reads, blank = reads_with_ctc(Path(spec.case.folder))
+    if reads:
+        return OrtCtc(Path(spec.case.folder), spec.threads, spec.spin_wait, blank)
+    return _OrtLoop(spec)
+
+
+RUNTIMES = {"torch": _Torch, "ort": _Ort, "ort_loop": _ort_loop, "ct2": _CT2}
 
 
 def _ms(fn: Any, *args: Any) -> float:
@@ -429,6 +462,7 @@ def bench_track(
         outputs = [_clean(ids, track) for ids in runs[case.name][0]["outputs"]]
         variants[case.name] = {
             "runtime": case.runtime,
+            "decoding": "ctc" if reads_with_ctc(Path(case.folder))[0] else "attention",
             "bytes": track.sizes[case.name],
             **figures,
             **score(outputs),

@@ -279,6 +279,18 @@ class ScoreModel(Strict):
 
 class ScoreTrain(TrainLoop):
     model: ScoreModel
+    # how the trained model reads a system (sonfolio/train/ctc.py): ctc: greedy over its
+    # encoder's CTC head; attention: its decoder, token by token
+    decode: Literal["ctc", "attention"]
+
+    @model_validator(mode="after")
+    def _ctc_head(self) -> ScoreTrain:
+        if self.decode == "ctc" and self.ctc_weight == 0:
+            raise ValueError(
+                "decode: ctc reads with the CTC head, which ctc_weight: 0 never trains: set "
+                "score_train.ctc_weight above 0 (0.5), or decode: attention"
+            )
+        return self
 
 
 class SpeechModel(Strict):

@@ -8,7 +8,9 @@ extractor, and a model card (sonfolio.modelcard).
 
 Routes (docs/export.md says why):
 - `fp32`: optimum-onnx `main_export` (task `*-with-past`); the unmerged decoder_model.onnx and
-  decoder_with_past_model.onnx are dropped, since ORTModel loads the merged one.
+  decoder_with_past_model.onnx are dropped, since ORTModel loads the merged one. A model that
+  reads with its CTC head (sonfolio.train.ctc) gets the head in its encoder graph, as the
+  output `ctc_logits`.
 - `int8`: `onnxruntime.quantization.quantize_dynamic` of MatMul and Gather, int8 weights (per
   channel by param), activations quantized at run time, `EnableSubgraph` so the merged
   decoder's branches are quantized too (without it they stay FP32); then `compact_int8`
@@ -38,6 +40,7 @@ from onnx import helper, numpy_helper
 
 from sonfolio.config import Export, TrackExport, load_params
 from sonfolio.io import write_json
+from sonfolio.train import ctc
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +48,7 @@ ENCODER = "encoder_model.onnx"
 DECODER = "decoder_model_merged.onnx"
 ONNX_FILES = (ENCODER, DECODER)
 UNMERGED = ("decoder_model.onnx", "decoder_with_past_model.onnx")
+CTC_OUTPUT = "ctc_logits"  # the encoder's second output in a model that reads with CTC
 WEIGHT_OPS = ("MatMul", "Gemm")
 # What the quantizers turn them into (int8 dynamic, int8 QOperator, int4 weight-only).
 QUANTIZED_OPS = ("MatMulInteger", "DynamicQuantizeMatMul", "QLinearMatMul", "MatMulNBits")
@@ -272,6 +276,48 @@ def export_fp32(model_dir: Path, out: Path, task: str, cfg: Export) -> None:
                 f"optimum's export of {model_dir} (task {task}) wrote no {name}: this model "
                 "type may not support the merged decoder in optimum-onnx"
             )
+    if json.loads((model_dir / "config.json").read_text(encoding="utf-8")).get(ctc.DECODING):
+        add_ctc_output(out / ENCODER, model_dir / ctc.HEAD_FILE)
+
+
+def add_ctc_output(encoder: Path, head_file: Path) -> None:
+    """Add the CTC head to an exported encoder: `ctc_logits` (batch, positions, vocabulary) =
+    last_hidden_state @ W.T + b, a second output after the hidden states (which ORTModel and
+    the greedy loop read as before). A MatMul with a constant weight, so the int8 and int4
+    quantizers treat it as every other layer.
+
+    Raises:
+        OnnxFileError: no head file beside a model whose config says it reads with one.
+    """
+    from safetensors.numpy import load_file
+
+    if not head_file.is_file():
+        raise OnnxFileError(
+            f"{head_file.parent}/config.json says {ctc.DECODING}: true but {head_file.name} is "
+            "missing: rerun the training stage that writes it"
+        )
+    head = load_file(str(head_file))
+    model = load_onnx(encoder)
+    graph = model.graph
+    states = graph.output[0]
+    weight = numpy_helper.from_array(
+        np.ascontiguousarray(head["weight"].T.astype(np.float32)), "ctc_head.weight"
+    )
+    bias = numpy_helper.from_array(head["bias"].astype(np.float32), "ctc_head.bias")
+    graph.initializer.extend([weight, bias])
+    graph.node.extend(
+        [
+            helper.make_node(
+                "MatMul", [states.name, weight.name], ["ctc_head.matmul"], "ctc_matmul"
+            ),
+            helper.make_node("Add", ["ctc_head.matmul", bias.name], [CTC_OUTPUT], "ctc_add"),
+        ]
+    )
+    dims = states.type.tensor_type.shape.dim
+    shape = [d.dim_param or d.dim_value for d in dims[:2]] + [int(head["weight"].shape[0])]
+    graph.output.append(helper.make_tensor_value_info(CTC_OUTPUT, onnx.TensorProto.FLOAT, shape))
+    onnx.checker.check_model(model)
+    onnx.save(model, str(encoder))
 
 
 def dummy_shapes(model_dir: Path) -> dict[str, int]:

@@ -4,9 +4,10 @@ torchao's QAT API (`QATConfig`): `prepare` swaps every nn.Linear for one that fa
 its weights (and, for int8, its activations) in the forward pass, so fine-tuning learns weights
 that survive rounding; `convert` with no base config strips the fake quantization and leaves
 plain Linear layers holding the QAT-trained weights. That plain model is what is saved
-(`save_pretrained`, the transformers class as ever) and exported: torchao's own converted
-int8 modules do not export to ONNX (docs/export.md), so ONNX Runtime quantizes the QAT weights
-on the same grid they were trained for.
+(`save_pretrained`, the transformers class as ever, with its CTC head beside it where the
+model reads with one; the head is a Linear too, so it trains fake-quantized) and exported:
+torchao's own converted int8 modules do not export to ONNX (docs/export.md), so ONNX Runtime
+quantizes the QAT weights on the same grid they were trained for.
 
 Schemes (params: <track>_qat.schemes):
 - int8: int8 dynamic per-token activations, int8 symmetric per-channel weights
@@ -30,7 +31,7 @@ from transformers import PreTrainedModel
 
 from sonfolio.config import EngineOptions, QatTrain
 from sonfolio.io import staged_dir, write_json
-from sonfolio.train import checkpoint
+from sonfolio.train import checkpoint, ctc
 from sonfolio.train.device import choose_precision, detect_backend
 from sonfolio.train.engine import RunPaths, Track, train
 
@@ -136,7 +137,7 @@ def train_schemes(
             result_metrics = {**result.metrics, "scheme": scheme}
             tmp = folder / ".done.tmp"
             shutil.rmtree(tmp, ignore_errors=True)
-            model.save_pretrained(str(tmp))
+            ctc.save_pretrained(model, tmp)
             write_json(tmp / "metrics.json", result_metrics)
             tmp.rename(done)
         save(model, out / scheme)
@@ -169,10 +170,17 @@ def run_stage(
     train_stage = stage.replace("_qat", "_train")
     if not (fp32 / "config.json").is_file():
         raise FileNotFoundError(f"{fp32} holds no trained model: run `dvc repro {train_stage}`")
+    config = json.loads((fp32 / "config.json").read_text(encoding="utf-8"))
+    if config.get(ctc.DECODING) and cfg.ctc_weight == 0:
+        raise ValueError(
+            f"{fp32} reads with its CTC head ({ctc.DECODING}), which {stage}.ctc_weight: 0 "
+            f"would leave untrained under fake quantization: set {stage}.ctc_weight above 0 "
+            "(as in training)"
+        )
     extras = [p for p in fp32.iterdir() if p.suffix == ".json" and not _model_file(p.name)]
 
     def save(model: PreTrainedModel, folder: Path) -> None:
-        model.save_pretrained(str(folder))
+        ctc.save_pretrained(model, folder)  # and the CTC head of a model that reads with it
         for path in extras:  # tokenizer and image processor / feature extractor files
             shutil.copy2(path, folder / path.name)
 

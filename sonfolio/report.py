@@ -165,11 +165,13 @@ def error_rates(train: dict[str, Any]) -> Table:
             base = train.get(f"{key}_constant_guess")
             gain = "—" if base is None else fmt(base - value)
             rows.append([split, rate.upper(), fmt(value), fmt(base), gain])
+    by = {"ctc": "the encoder's CTC head", "attention": "the decoder"}.get(train.get("decode"))
     return Table(
         "Error rates after training (greedy decoding; lower is better)",
         ["split", "rate", "model", "constant guess", "model better by"],
         rows,
-        "Constant guess: the one output that scores best on the whole split (the stage's "
+        (f"Read by {by} ({train['decode']} decoding). " if by else "")
+        + "Constant guess: the one output that scores best on the whole split (the stage's "
         "baseline); a model no better than it has learned nothing from its input. — : the "
         "stage did not write a baseline for that rate.",
     )
@@ -471,7 +473,7 @@ def bench_table(spec: TrackSpec, bench: dict[str, Any]) -> Table:
         ("size MB", lambda v: mb(v.get("bytes"))),
         ("size ratio", lambda v: fmt(v.get("size_ratio"))),
         ("encoder ms p50", lambda v: fmt(v.get("encoder_ms_p50"))),
-        ("decoder ms/token p50", lambda v: fmt(v.get("decoder_ms_per_token_p50"))),
+        ("decoder ms/token p50", decoder_ms),
         (
             "end-to-end ms p50 / p95",
             lambda v: f"{fmt(v['e2e_ms_p50'])} / {fmt(v.get('e2e_ms_p95'))}",
@@ -496,8 +498,16 @@ def bench_table(spec: TrackSpec, bench: dict[str, Any]) -> Table:
         rows,
         f"{fmt(c.get('samples'))} test samples, batch 1, {fmt(c.get('decode_tokens'))} decoded "
         f"tokens forced, {fmt(c.get('threads'))} threads, a fresh process per variant; "
-        "MB = 10^6 bytes. Latency vs CTranslate2 > 1: slower than the peer.",
+        "MB = 10^6 bytes. Latency vs CTranslate2 > 1: slower than the peer. A variant read by "
+        "its CTC head takes no decoder steps: its end-to-end time is the encoder with the head.",
     )
+
+
+def decoder_ms(v: dict[str, Any]) -> str:
+    """The decoder's ms per token, or why there is none (a model read by its CTC head)."""
+    if v.get("decoding") == "ctc":
+        return "none (CTC)"
+    return fmt(v.get("decoder_ms_per_token_p50"))
 
 
 def export_table(export: dict[str, Any]) -> Table:

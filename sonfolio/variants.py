@@ -10,7 +10,9 @@ vision-encoder-decoder model reads scores, a whisper model hears speech.
 
 ONNX folders load with optimum's ORTModelForVision2Seq / ORTModelForSpeechSeq2Seq, on
 CUDAExecutionProvider when onnxruntime has it and device allows, else on CPU; PyTorch ones on
-CUDA when torch sees a GPU. Every choice is logged with its reason.
+CUDA when torch sees a GPU. Every choice is logged with its reason. A model whose config says
+`ctc_decoding: true` is read by its CTC head (sonfolio.train.ctc; in ONNX, the encoder's
+`ctc_logits` output), not by its decoder.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ from transformers import (
     WhisperFeatureExtractor,
     WhisperForConditionalGeneration,
 )
+
+from sonfolio.train import ctc
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +112,9 @@ class Variant:
         Returns:
             B texts, special tokens removed.
         """
+        if ctc.decodes_with_ctc(self.config) and self.kind == "torch":
+            ids = ctc.greedy(self.model, inputs, max_new_tokens)
+            return self.tokenizer.batch_decode(ids, skip_special_tokens=True)
         limit = decoder_positions(self.config) - 1  # the start token takes a position
         if self.loop is not None:
             ids = self.loop.generate(inputs.numpy(), min(max_new_tokens, limit), forced=False)
@@ -155,7 +162,10 @@ def load(folder: Path, threads: int | None = None, device: str = "auto") -> Vari
     loop, model = None, None
     if any(folder.glob("*.onnx")):
         kind, where = "onnx", _provider(device)
-        loop = _greedy_loop(folder, where, threads)
+        if ctc.decodes_with_ctc(config):
+            loop = _ctc_loop(folder, where, threads, config.pad_token_id)
+        else:
+            loop = _greedy_loop(folder, where, threads)
         load_model = partial(_load_onnx, folder, track, threads, where)
         if loop is None:  # optimum decodes: load it now, so a bad file fails here
             model = load_model()
@@ -173,7 +183,11 @@ def load(folder: Path, threads: int | None = None, device: str = "auto") -> Vari
         kind,
         track,
         where,
-        "the plain ORT greedy loop" if loop is not None else "HF generate",
+        "its CTC head, greedily"
+        if ctc.decodes_with_ctc(config)
+        else "the plain ORT greedy loop"
+        if loop is not None
+        else "HF generate",
     )
     return Variant(
         folder.name,
@@ -232,6 +246,18 @@ def _greedy_loop(folder: Path, provider: str, threads: int | None) -> Any:
     _onnx_files(folder)  # names a missing file as optimum would
     try:
         return OrtGreedy(folder, threads or torch.get_num_threads(), 1, True, start, eos)
+    except OnnxFileError as err:
+        raise VariantError(str(err)) from err
+
+
+def _ctc_loop(folder: Path, provider: str, threads: int | None, blank: int) -> Any:
+    """sonfolio.infer.ortloop.OrtCtc over the folder's encoder (which carries the CTC head)."""
+    from sonfolio.export import OnnxFileError
+    from sonfolio.infer.ortloop import OrtCtc
+
+    _onnx_files(folder)  # names a missing file as optimum would
+    try:
+        return OrtCtc(folder, threads or torch.get_num_threads(), True, blank, provider)
     except OnnxFileError as err:
         raise VariantError(str(err)) from err
 
@@ -298,7 +324,7 @@ def _load_torch(folder: Path, track: str, threads: int | None, device: str) -> t
         torch.set_num_threads(threads)
     cls = VisionEncoderDecoderModel if track == "score" else WhisperForConditionalGeneration
     try:
-        model = cls.from_pretrained(str(folder))
+        model = ctc.load_head(cls.from_pretrained(str(folder)), folder)
     except (OSError, ValueError, RuntimeError) as err:
         raise VariantError(
             f"{folder}: the PyTorch weights could not be loaded ({err}): re-save the model"

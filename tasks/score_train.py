@@ -4,12 +4,14 @@ Run:    dvc repro score_train      (or: python -m tasks.score_train; on several 
         accelerate launch --multi_gpu --num_processes 4 -m tasks.score_train)
 Reads:  params.yaml (score_train, train_engine, train_presets, score_data.image_long_side,
         paths), ${paths.score_data}/ (manifest.jsonl, images), ${paths.score_tokenizer}/
-Writes: ${paths.score_model}/ (VisionEncoderDecoderModel.save_pretrained + tokenizer + image
-        processor), ${paths.metrics}/score_train.json, ${paths.live}/score_train/ (curves);
+Writes: ${paths.score_model}/ (VisionEncoderDecoderModel.save_pretrained, ctc_head.safetensors
+        with decode: ctc, tokenizer, image processor), ${paths.metrics}/score_train.json,
+        ${paths.live}/score_train/ (curves);
         resumable checkpoints under ${paths.checkpoints}/score_train/ (removed on success)
 
 The held-out token error rate comes from greedy decoding of the `heldout` split (collections
-never seen in training) and of `test`.
+never seen in training) and of `test`, by the CTC head or the decoder as score_train.decode
+says (the model's config records it; its head is saved as ctc_head.safetensors beside it).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from sonfolio.logs import setup_logging
 from sonfolio.score.batches import ScoreSystems, collate
 from sonfolio.score.model import check_size
 from sonfolio.score.track import EVAL_SPLITS, make_track
-from sonfolio.train import checkpoint
+from sonfolio.train import checkpoint, ctc
 from sonfolio.train.device import choose_precision, detect_backend
 from sonfolio.train.engine import RunPaths, train
 
@@ -67,13 +69,13 @@ def run(
     if not result.accelerator.is_main_process:
         return result.metrics
     model = result.model
-    metrics = {**result.metrics, "parameters": model.num_parameters()}
+    metrics = {**result.metrics, "parameters": model.num_parameters(), "decode": cfg.decode}
     constant = most_common([r["text"] for r in sets["train"].rows])
     for split in EVAL_SPLITS:
         metrics.update(_error_rates(model, sets[split], tok, cfg, split, constant))
     height, w = model.config.encoder.image_size
     with staged_dir(out) as tmp:
-        model.save_pretrained(str(tmp))
+        ctc.save_pretrained(model, tmp)  # and its CTC head where it reads with it
         tok.save_pretrained(str(tmp))
         # grey pixels in [0, 1], ink = 1, padded to (height, w): sonfolio.score.batches
         ViTImageProcessor(
@@ -96,8 +98,9 @@ def _error_rates(
     if not len(dataset):
         return {}
     loader = DataLoader(dataset, batch_size=64, collate_fn=collate)
+    generate = ctc.generate_fn(model) if ctc.decodes_with_ctc(model.config) else None
     done, hyps = greedy_decode(
-        model, loader, tok, "pixel_values", cfg.decode_max_tokens, len(dataset)
+        model, loader, tok, "pixel_values", cfg.decode_max_tokens, len(dataset), generate
     )
     refs = [dataset.rows[i]["text"] for i in done]
     return {

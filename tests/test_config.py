@@ -53,6 +53,15 @@ def test_archive_source_needs_a_checksum():
         parse_params(raw)
 
 
+def test_ctc_decoding_without_a_ctc_loss_is_refused():
+    raw = raw_params()
+    raw["score_train"]["decode"], raw["score_train"]["ctc_weight"] = "ctc", 0.0
+    with pytest.raises(ParamsError, match="score_train.ctc_weight above 0.*or decode: attention"):
+        parse_params(raw)
+    raw["score_train"]["decode"] = "attention"
+    assert parse_params(raw).score_train.decode == "attention"
+
+
 def test_source_sets_exactly_one_kind():
     raw = raw_params()
     raw["score_data"]["sources"][0]["folder"] = "/tmp"

@@ -145,3 +145,61 @@ class OrtGreedy:
             ids[:, 0] = nxt
             session, binding = next_session, io
         return tokens.tolist()
+
+
+class OrtCtc:
+    """Greedy CTC reading over an exported encoder that carries the CTC head (its `ctc_logits`
+    output, sonfolio.export.add_ctc_output): one encoder run a batch, the best label per
+    position, repeats merged, blanks dropped. The decoder files are not used.
+
+    The same `encode` / `generate` as OrtGreedy, so eval, read, serve and bench run either.
+    """
+
+    def __init__(
+        self,
+        folder: Path,
+        threads: int,
+        spin: bool,
+        blank: int,
+        provider: str = "CPUExecutionProvider",
+    ) -> None:
+        import onnxruntime
+
+        from sonfolio.export import CTC_OUTPUT, ENCODER, OnnxFileError, load_onnx
+
+        load_onnx(folder / ENCODER)  # names a missing or corrupt file (OnnxFileError)
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+        set_spinning(options, spin)
+        self.enc = onnxruntime.InferenceSession(
+            str(folder / ENCODER), options, providers=[provider]
+        )
+        if CTC_OUTPUT not in {o.name for o in self.enc.get_outputs()}:
+            raise OnnxFileError(
+                f"{folder / ENCODER} has no {CTC_OUTPUT} output although config.json says the "
+                "model reads with its CTC head: rerun the export stage"
+            )
+        self.enc_input = self.enc.get_inputs()[0].name
+        self.output, self.blank = CTC_OUTPUT, blank
+
+    @classmethod
+    def from_session(cls, session: Any, blank: int) -> OrtCtc:
+        """Over an encoder session made elsewhere (optimum's), with its ctc_logits output."""
+        from sonfolio.export import CTC_OUTPUT
+
+        self = cls.__new__(cls)
+        self.enc, self.enc_input = session, session.get_inputs()[0].name
+        self.output, self.blank = CTC_OUTPUT, blank
+        return self
+
+    def encode(self, x: np.ndarray) -> np.ndarray:
+        """The head's logits, (B, encoder positions, vocabulary)."""
+        return self.enc.run([self.output], {self.enc_input: np.ascontiguousarray(x)})[0]
+
+    def generate(self, x: np.ndarray, new: int, forced: bool = False) -> list[list[int]]:
+        """At most `new` tokens a sample (`forced` is moot: CTC has no end token to hold off)."""
+        from sonfolio.train.ctc import collapse
+
+        return collapse(self.encode(x).argmax(-1), self.blank, new)

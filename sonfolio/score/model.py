@@ -21,6 +21,7 @@ from transformers import (
 )
 
 from sonfolio.config import ScoreModel
+from sonfolio.train import ctc
 from sonfolio.train.device import Backend, DeviceCannotDo
 
 log = logging.getLogger(__name__)
@@ -160,10 +161,9 @@ def load_pretrained(name: str, tokenizer: PreTrainedTokenizerBase) -> VisionEnco
 
 def load_trained(folder: Path) -> VisionEncoderDecoderModel:
     """A model saved by score_train (or score_qat), ready to train further (the loss fix
-    re-applied, the unused pooler dropped)."""
-    return unshifted_loss(
-        VisionEncoderDecoderModel.from_pretrained(str(folder), attn_implementation="sdpa")
-    )
+    re-applied, the unused pooler dropped, its CTC head attached where it reads with one)."""
+    model = VisionEncoderDecoderModel.from_pretrained(str(folder), attn_implementation="sdpa")
+    return ctc.load_head(unshifted_loss(model), folder)
 
 
 def attention_kernels(model: VisionEncoderDecoderModel) -> str:

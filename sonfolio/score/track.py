@@ -17,6 +17,7 @@ from sonfolio.config import ScoreTrain
 from sonfolio.io import read_jsonl
 from sonfolio.score.batches import ScoreSystems, collate
 from sonfolio.score.model import attention_kernels, build
+from sonfolio.train import ctc
 from sonfolio.train.engine import Track
 
 log = logging.getLogger(__name__)
@@ -32,12 +33,14 @@ def make_track(
     model: VisionEncoderDecoderModel | None = None,
     name: str = "score_train",
 ) -> tuple[Track, dict[str, ScoreSystems], Any]:
-    """The model (seeded; or `model`, e.g. a QAT-prepared one), the datasets of every split,
-    and the tokenizer."""
+    """The model (seeded, marked to decode as `cfg.decode` says; or `model`, e.g. a
+    QAT-prepared one), the datasets of every split, and the tokenizer."""
     tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
     rows = read_jsonl(data / "manifest.jsonl")
     set_seed(cfg.seed)
-    model = model if model is not None else build(cfg.model, tok, width)
+    if model is None:
+        model = build(cfg.model, tok, width)
+        ctc.set_decoding(model, cfg.decode)
     shape = tuple(model.config.encoder.image_size)
     max_tokens = getattr(model.config.decoder, "n_positions", None) or 10**9
     sets = {

@@ -10,14 +10,24 @@ from the first steps, so the decoder has something to attend to. The loss become
 
 Neither transformers nor Accelerate has this for encoder-decoder models, hence this module.
 The head is a linear layer from the encoder width to the vocabulary, registered on the model
-(so the optimizer, DDP and checkpoints see it) and removed before the model is saved: the
-saved model is the plain transformers class. Blank is the pad token, which is never a label.
+(so the optimizer, DDP and checkpoints see it). Blank is the pad token, which is never a label.
+
+Decoding with the head. A model whose config says `ctc_decoding: true` (score_train.decode:
+ctc) is read by its encoder and this head, greedily (the best label per encoder position,
+repeats merged, blanks dropped: Graves et al. 2006), not by its attention decoder. The
+saved folder is the plain transformers class as ever (`save_pretrained`, which any
+transformers or optimum loader reads) and the head beside it in `ctc_head.safetensors`
+(`save_pretrained` / `load_head` here); the export stages add the head to the encoder's ONNX
+graph as a second output, `ctc_logits` (sonfolio.export.add_ctc_output). Otherwise the head
+is a training aid, dropped before the model is saved.
 """
 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -26,18 +36,123 @@ from transformers import PreTrainedModel
 log = logging.getLogger(__name__)
 
 HEAD = "ctc_head"  # the attribute (and state-dict prefix) of the head on the model
+HEAD_FILE = "ctc_head.safetensors"  # the head of a CTC-decoding model, beside its weights
+DECODING = "ctc_decoding"  # config.json key: true when the model is read by its CTC head
+
+
+def decodes_with_ctc(config: object) -> bool:
+    """Whether a model (by its transformers config) is read by its CTC head."""
+    return bool(getattr(config, DECODING, False))
+
+
+def set_decoding(model: PreTrainedModel, decode: str) -> None:
+    """Record in the model's config how it is read: "ctc" (its CTC head) or "attention"."""
+    setattr(model.config, DECODING, decode == "ctc")
 
 
 def attach(model: PreTrainedModel) -> nn.Linear:
-    """Add a CTC head from the encoder width to the vocabulary (seeded by the caller's RNG)."""
+    """Add a CTC head from the encoder width to the vocabulary (seeded by the caller's RNG);
+    a model that has one (loaded with `load_head`) keeps it."""
     if model.config.pad_token_id is None:
         raise ValueError("CTC needs a pad token (used as blank): the tokenizer has none")
+    if isinstance(getattr(model, HEAD, None), nn.Module):
+        return getattr(model, HEAD)
     width = model.get_encoder().config.hidden_size
     vocab = model.get_output_embeddings().weight.shape[0]
     head = nn.Linear(width, vocab)
     setattr(model, HEAD, head)
     log.info("CTC head: %d -> %d (blank = pad id %d)", width, vocab, model.config.pad_token_id)
     return head
+
+
+def head_state(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The head's tensors ("weight", "bias") out of a whole model's state dict."""
+    prefix = HEAD + "."
+    return {k[len(prefix) :]: v for k, v in state_dict.items() if k.startswith(prefix)}
+
+
+def save_head(state: dict[str, torch.Tensor], folder: Path) -> None:
+    """Write the head's tensors into `folder/ctc_head.safetensors`."""
+    from safetensors.torch import save_file
+
+    if set(state) != {"weight", "bias"}:
+        raise ValueError(f"a CTC head has a weight and a bias, got {sorted(state)}")
+    save_file(
+        {k: v.detach().float().cpu().contiguous() for k, v in state.items()},
+        str(folder / HEAD_FILE),
+    )
+
+
+def save_pretrained(model: PreTrainedModel, folder: Path) -> None:
+    """`model.save_pretrained(folder)` without the head; a CTC-decoding model's head beside it."""
+    head = getattr(model, HEAD, None)
+    detach(model)
+    try:
+        model.save_pretrained(str(folder))
+    finally:
+        if head is not None:
+            setattr(model, HEAD, head)
+    if decodes_with_ctc(model.config):
+        if head is None:
+            raise ValueError(f"the model decodes with CTC ({DECODING}) but has no CTC head")
+        save_head(head.state_dict(), folder)
+
+
+def load_head(model: PreTrainedModel, folder: Path) -> PreTrainedModel:
+    """Attach the head saved in `folder` to a model that decodes with CTC (others: unchanged).
+
+    Raises:
+        FileNotFoundError: the config says CTC decoding and `folder` has no ctc_head.safetensors.
+    """
+    if not decodes_with_ctc(model.config):
+        return model
+    path = Path(folder) / HEAD_FILE
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{folder}/config.json says {DECODING}: true but {path} is missing: re-save the "
+            "model with its CTC head (rerun the training stage)"
+        )
+    from safetensors.torch import load_file
+
+    state = load_file(str(path))
+    weight = state["weight"]
+    head = nn.Linear(weight.shape[1], weight.shape[0], dtype=model.dtype, device=model.device)
+    head.load_state_dict(state)
+    setattr(model, HEAD, head)
+    return model
+
+
+def collapse(ids: np.ndarray, blank: int, limit: int | None = None) -> list[list[int]]:
+    """Greedy CTC output: per row of best labels (B, T), repeats merged and blanks dropped,
+    at most `limit` tokens a row."""
+    rows = []
+    for row in np.asarray(ids):
+        keep = row != blank
+        keep[1:] &= row[1:] != row[:-1]
+        rows.append(row[keep][:limit].tolist())
+    return rows
+
+
+@torch.no_grad()
+def greedy(
+    model: PreTrainedModel, inputs: torch.Tensor, limit: int | None = None
+) -> list[list[int]]:
+    """Token ids read by the encoder and the CTC head of `model` (which must have one)."""
+    head = getattr(model, HEAD, None)
+    if head is None:
+        raise ValueError("this model has no CTC head to decode with (ctc_head.safetensors)")
+    states = model.get_encoder()(inputs.to(model.device, model.dtype)).last_hidden_state
+    best = head(states.to(head.weight.dtype)).argmax(-1).cpu().numpy()
+    return collapse(best, model.config.pad_token_id, limit)
+
+
+def generate_fn(model: PreTrainedModel):
+    """A stand-in for `model.generate` (same keywords, greedy only) that decodes with the head."""
+
+    def generate(inputs: torch.Tensor, max_new_tokens: int | None = None, **_: object):
+        return greedy(model, inputs, max_new_tokens)
+
+    return generate
 
 
 def detach(model: PreTrainedModel) -> None:

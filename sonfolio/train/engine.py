@@ -425,13 +425,15 @@ class Run:
         best = self.paths.checkpoints / "best"
         tmp = self.paths.checkpoints / ".best.tmp"
         state_dict = self.acc.get_state_dict(self.model)  # on every process (FSDP gathers)
-        # the plain model's weights only: the CTC head is a training aid (sonfolio.train.ctc)
+        # the plain model's weights; the CTC head beside them where it reads (sonfolio.train.ctc)
+        head = ctc.head_state(state_dict)
         state_dict = {k: v for k, v in state_dict.items() if not k.startswith(ctc.HEAD)}
         if self.acc.is_main_process:
             shutil.rmtree(tmp, ignore_errors=True)
-            plain(self.acc.unwrap_model(self.model)).save_pretrained(
-                str(tmp), state_dict=state_dict, safe_serialization=True
-            )
+            model = plain(self.acc.unwrap_model(self.model))
+            model.save_pretrained(str(tmp), state_dict=state_dict, safe_serialization=True)
+            if ctc.decodes_with_ctc(model.config):
+                ctc.save_head(head, tmp)
             shutil.rmtree(best, ignore_errors=True)
             tmp.rename(best)
         self.acc.wait_for_everyone()
@@ -578,12 +580,13 @@ def _validate(run: Run, curves: Curves, step: int) -> bool:
 def _finish(run: Run, resumed: bool) -> TrainResult:
     acc, state = run.acc, run.state
     model = plain(acc.unwrap_model(run.model))
-    ctc.detach(model)  # the saved and evaluated model is the plain transformers class
+    if not ctc.decodes_with_ctc(model.config):
+        ctc.detach(model)  # the saved and evaluated model is the plain transformers class
     best = run.paths.checkpoints / "best"
     if (best / "config.json").is_file():
         # from_pretrained restores tied weights; the live instance keeps what the track set on
         # it (no ViT pooler, the loss type), so only the weights are copied over
-        saved = type(model).from_pretrained(str(best)).state_dict()
+        saved = ctc.load_head(type(model).from_pretrained(str(best)), best).state_dict()
         missing, _ = model.load_state_dict(saved, strict=False)
         if missing:
             raise RuntimeError(f"the best checkpoint in {best} lacks {missing[:5]}")

@@ -12,6 +12,7 @@ from tiny import WIDTH, run_tiny, tiny_config
 
 from sonfolio import qat
 from sonfolio.score.model import load_trained
+from sonfolio.train.ctc import HEAD_FILE
 from sonfolio.train.engine import Run
 
 
@@ -26,7 +27,7 @@ def run_qat(score_data: Path, fp32: Path, out: Path, **loop) -> dict:
     from sonfolio.score.track import make_track
 
     train_cfg, opts = tiny_config()
-    cfg_loop = {"max_steps": 4, "eval_every": 2, "checkpoint_every": 2, "ctc_weight": 0.0}
+    cfg_loop = {"max_steps": 4, "eval_every": 2, "checkpoint_every": 2, "ctc_weight": 0.3}
     cfg_loop.update(loop)
     schemes = cfg_loop.pop("schemes", ["int8", "int4"])
     from sonfolio.config import QatTrain
@@ -63,9 +64,13 @@ def test_each_scheme_gives_a_plain_model_with_trained_weights(score_data, fp32, 
         assert not any(k.startswith("FakeQuantized") for k in kinds)
         assert metrics[scheme]["steps"] == 4
         tuned = load_file(str(folder / "model.safetensors"))
-        assert tuned.keys() == base.keys()  # no fake-quant state, no CTC head
+        assert tuned.keys() == base.keys()  # no fake-quant state, no CTC head among them
         moved = [k for k in base if not torch.equal(base[k], tuned[k])]
         assert moved, f"{scheme}: QAT changed no weight"
+        # the model reads with its CTC head (score_train.decode: ctc): tuned and saved too
+        head, base_head = (load_file(str(f / HEAD_FILE)) for f in (folder, fp32))
+        assert not torch.equal(head["weight"], base_head["weight"]), f"{scheme}: head untouched"
+        assert torch.equal(model.ctc_head.weight, head["weight"])
     assert not list((tmp_path / "checkpoints" / "score_qat").glob("*/*/step-*"))  # cleaned
 
 
@@ -87,10 +92,11 @@ def test_interrupted_qat_resumes_to_the_uninterrupted_weights(
     monkeypatch.setattr(Run, "step", step)
     metrics = run_qat(score_data, fp32, tmp_path / "crashed", schemes=["int8"])
     assert metrics["int8"]["resumed"] is True
-    a = load_file(str(tmp_path / "straight" / "qat" / "int8" / "model.safetensors"))
-    b = load_file(str(tmp_path / "crashed" / "qat" / "int8" / "model.safetensors"))
-    for name in a:
-        torch.testing.assert_close(b[name], a[name], rtol=1e-5, atol=1e-6, msg=name)
+    for file in ("model.safetensors", HEAD_FILE):
+        a = load_file(str(tmp_path / "straight" / "qat" / "int8" / file))
+        b = load_file(str(tmp_path / "crashed" / "qat" / "int8" / file))
+        for name in a:
+            torch.testing.assert_close(b[name], a[name], rtol=1e-5, atol=1e-6, msg=name)
 
 
 def test_a_finished_scheme_is_not_trained_again_after_a_crash(
@@ -119,3 +125,11 @@ def test_int4_group_size_that_does_not_divide_fails_before_training(fp32):
     model = load_trained(fp32)
     with pytest.raises(ValueError, match="int4_group_size"):
         qat.prepare(model, "int4", 128)
+
+
+def test_qat_without_ctc_loss_is_refused_for_a_model_that_reads_with_its_head(
+    score_data, fp32, tmp_path
+):
+    with pytest.raises(ValueError, match="score_qat.ctc_weight above 0"):
+        run_qat(score_data, fp32, tmp_path, ctc_weight=0.0)
+    assert not (tmp_path / "qat").exists()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 
+import numpy as np
 import pytest
 import torch
 from tiny import WIDTH, run_tiny, tiny_config
@@ -40,6 +41,31 @@ def test_score_two_steps_pinned(score_data, tmp_path):
     assert not (tmp_path / "checkpoints" / "score_train").exists() or not any(
         (tmp_path / "checkpoints" / "score_train").iterdir()
     )
+
+
+def test_score_train_reports_what_the_saved_model_reads(score_data, tmp_path):
+    """decode: ctc (params.yaml): the held-out figures come from the CTC head, which is saved
+    beside the model; the saved folder, loaded as every later stage loads it, reads the
+    held-out systems exactly as score_train reported."""
+    from sonfolio import variants
+    from sonfolio.io import read_jsonl
+    from sonfolio.score.batches import load_image, to_pixel_values
+    from sonfolio.train.ctc import HEAD_FILE
+
+    metrics = run_tiny(score_data, tmp_path, decode_max_tokens=8)
+    assert metrics["decode"] == "ctc" and (tmp_path / "model" / HEAD_FILE).is_file()
+    variant = variants.load(tmp_path / "model", threads=1, device="cpu")
+    rows = [r for r in read_jsonl(score_data / "manifest.jsonl") if r["split"] == "test"][:3]
+    pixels = to_pixel_values(
+        np.stack([load_image(score_data / r["image"], 32, WIDTH) for r in rows])
+    )
+    reported = [e["hyp"] for e in metrics["test_examples"]]
+    assert [e["ref"] for e in metrics["test_examples"]] == [r["text"] for r in rows]
+    assert variant.generate(pixels, 8) == reported
+
+    attention = run_tiny(score_data, tmp_path / "attention", decode="attention")
+    assert attention["decode"] == "attention"
+    assert not (tmp_path / "attention" / "model" / HEAD_FILE).exists()  # the head: training only
 
 
 def test_speech_two_steps_pinned(speech_data, params, tmp_path):
