@@ -727,9 +727,11 @@ def _variant_figures(folder: Path, name: str, fp32: Path) -> dict[str, Any]:
             )
     origin = {"ptq": "the FP32 model (post-training)", "qat": "the QAT-trained model"}
     route = ROUTES[kind] + ("" if name == "fp32" else f", from {origin[name.split('_')[1]]}")
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     return {
         "status": "built",
         "route": route,
+        "decoding": "ctc" if config.get(ctc.DECODING) else "attention",
         **sizes,
         "size_ratio": round(sizes["bytes"] / file_sizes(fp32)["bytes"], 4),
         "weight_check": check,

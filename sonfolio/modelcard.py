@@ -33,7 +33,24 @@ from optimum.onnxruntime import {{ ort_class }}
 
 model = {{ ort_class }}.from_pretrained("{{ hub_repo }}", subfolder="{{ variant }}")
 ```
+{% if ctc %}
+This model reads with its encoder's CTC head (`ctc_decoding: true` in config.json), not with
+its decoder: `encoder_model.onnx` has a second output, `ctc_logits`; take the best label per
+column, merge repeats and drop the pad id (the blank):
 
+```python
+import numpy as np, onnxruntime as ort
+from transformers import AutoTokenizer
+
+tok = AutoTokenizer.from_pretrained("{{ hub_repo }}", subfolder="{{ variant }}")
+enc = ort.InferenceSession("encoder_model.onnx")  # the file from this folder
+# pixels: (B, 1, H, W) float32 in [0, 1], ink = 1, padded to the processor's size
+best = enc.run(["ctc_logits"], {"pixel_values": pixels})[0].argmax(-1)
+ids = [[t for i, t in enumerate(r) if t != tok.pad_token_id and (i == 0 or t != r[i - 1])]
+       for r in best]
+print(tok.batch_decode(ids, skip_special_tokens=True))
+```
+{% endif %}
 ## Measured (by the `{{ export_stage }}` stage)
 
 | file | bytes |
@@ -64,6 +81,7 @@ def render(
             "data": track.data,
             "variant": variant,
             "route": figures["route"],
+            "decoding": figures.get("decoding", "attention"),
             "export_params": cfg.model_dump(),
             "metrics": {
                 "bytes": figures["bytes"],
@@ -93,4 +111,5 @@ def render(
         size_ratio=figures["size_ratio"],
         fp32_weights=sum(c["fp32_weight_matmuls"] for c in checks.values()),
         quantized=sum(c["quantized_matmuls"] for c in checks.values()),
+        ctc=figures.get("decoding") == "ctc",
     ).content

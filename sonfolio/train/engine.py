@@ -398,13 +398,16 @@ class Run:
     # --- validation, checkpoints, rollback ----------------------------------------------
     @torch.no_grad()
     def evaluate(self) -> float:
-        """Token-weighted mean validation loss over all processes."""
+        """Token-weighted mean validation loss over all processes: the cross-entropy, or for
+        a model read by its CTC head (sonfolio.train.ctc) the training loss, CTC included, so
+        that the best checkpoint and early stopping follow what reads."""
         self.model.eval()
+        joint = self.ctc_head is not None and ctc.decodes_with_ctc(self.track.model.config)
         total = torch.zeros(2, device=self.acc.device)
         for raw in self.val_loader:
             batch = model_inputs(raw)
             with self.acc.autocast():
-                loss = self.model(**batch).loss
+                loss = self._loss(self.model, batch) if joint else self.model(**batch).loss
             n = (batch["labels"] != -100).sum()
             total += torch.stack([loss.float() * n, n.float()])
         total = self.acc.reduce(total, "sum")

@@ -2,13 +2,15 @@
 
 Measured: 60 optimizer steps of tests/train/tiny.py's run collapse to one text for every
 image (the most common system), which would make an agreement rate meaningless. So the model
-is the real tiny architecture (sonfolio.score.model.build) with weights drawn wider than the
-default initialisation (std 0.05, not 0.02): its outputs then depend on the image, with
-margins that int8 rounding must preserve; seconds instead of minutes to make.
+is the real tiny architecture (sonfolio.score.model.build; with 3 decoder layers, below) with
+weights drawn wider than the default initialisation (std 0.05, not 0.02): its outputs then
+depend on the image, with margins that int8 rounding must preserve; seconds instead of
+minutes to make.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,14 +24,22 @@ def tiny_score_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Pa
     from train.tiny import WIDTH, make_score_data, tiny_config  # tests/ is on sys.path
     from transformers import AutoTokenizer, ViTImageProcessor
 
-    from sonfolio.score.model import build
+    from sonfolio.score import model as score_model
 
     root = tmp_path_factory.mktemp("export_tiny")
     data = make_score_data(root / "data", {"train": 24, "val": 8, "test": 8})
     tok = AutoTokenizer.from_pretrained(str(data / "tokenizer"))
     cfg, _ = tiny_config()
     torch.manual_seed(0)
-    model = build(cfg.model, tok, WIDTH).eval()
+    # 3 decoder layers, not tiny's 1: these tests are about the attention decoder's export
+    # (the KV cache, the merged decoder's branches), and a 1-layer random decoder reads the
+    # image too little for outputs to differ (11 distinct of 40 against 22)
+    sizes = dict(score_model.SIZES)
+    score_model.SIZES["tiny"] = replace(sizes["tiny"], dec_layers=3)
+    try:
+        model = score_model.build(cfg.model, tok, WIDTH).eval()
+    finally:
+        score_model.SIZES.update(sizes)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if p.dim() == 2 and "wpe" not in name:

@@ -89,6 +89,8 @@ def test_every_variant_reads_the_symbols_the_torch_head_reads(ctc_model, exporte
     assert len({tuple(r) for r in want_ids}) >= len(want_ids) // 2, "outputs must differ"
     want = torch_variant.generate(pixels, 32)
     assert want == torch_variant.tokenizer.batch_decode(want_ids, skip_special_tokens=True)
+    card = (exported / "int8_ptq" / "README.md").read_text()
+    assert "decoding: ctc" in card and 'enc.run(["ctc_logits"]' in card
     graph = onnx.load(str(exported / "fp32" / ENCODER), load_external_data=False).graph
     assert [o.name for o in graph.output][1:] == [CTC_OUTPUT]
     fp32 = variants.load(exported / "fp32", threads=1)

@@ -19,7 +19,7 @@ from transformers import (
 from sonfolio.train.engine import TooManyBadSamples
 from sonfolio.train.stability import TrainingDiverged
 
-SCORE_LOSSES = [13.009, 8.6171]  # pinned: a change here is a change in what training computes
+SCORE_LOSSES = [22.9333, 14.0483]  # pinned: a change here is a change in what training computes
 SPEECH_LOSSES = [10.4896, 9.6347]  # with speech_train.ctc_pool: 2
 
 
