@@ -35,6 +35,7 @@ import numpy as np
 
 from sonfolio.infer.ortloop import OrtCtc, OrtGreedy, set_spinning
 from sonfolio.io import write_json
+from sonfolio.train.ctc import folder_decoding
 
 log = logging.getLogger(__name__)
 
@@ -92,14 +93,16 @@ class _Torch:
         import torch
         from transformers import AutoModelForSpeechSeq2Seq, VisionEncoderDecoderModel
 
-        torch.set_num_threads(spec.threads)
         from sonfolio.train import ctc
 
+        torch.set_num_threads(spec.threads)
         cls = VisionEncoderDecoderModel if spec.track == "score" else AutoModelForSpeechSeq2Seq
         self.dtype = torch.bfloat16 if spec.case.dtype == "bf16" else torch.float32
         model = cls.from_pretrained(spec.case.folder, dtype=self.dtype)
         self.model = ctc.load_head(model, Path(spec.case.folder)).eval()
-        self.torch, self.ctc = torch, ctc if ctc.decodes_with_ctc(model.config) else None
+        self.torch = torch
+        # sonfolio.train.ctc where the model is read by its CTC head, else None
+        self.ctc = ctc if ctc.decodes_with_ctc(model.config) else None
 
     def tensor(self, x: np.ndarray) -> Any:
         return self.torch.from_numpy(x).to(self.dtype)
@@ -138,7 +141,7 @@ class _Ort(_Torch):
         )
         self.torch, self.dtype = torch, torch.float32
         self.key = "pixel_values" if spec.track == "score" else "input_features"
-        reads, blank = reads_with_ctc(Path(spec.case.folder))
+        reads, blank = folder_decoding(Path(spec.case.folder))
         self.ctc = OrtCtc.from_session(self.model.encoder.session, blank) if reads else None
 
     def encode(self, x: np.ndarray) -> None:
@@ -198,17 +201,9 @@ class _OrtLoop(OrtGreedy):
         )
 
 
-def reads_with_ctc(folder: Path) -> tuple[bool, int | None]:
-    """(whether the variant is read by its CTC head, the blank id), from its config.json."""
-    from sonfolio.train.ctc import DECODING
-
-    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    return bool(config.get(DECODING)), config.get("pad_token_id")
-
-
 def _ort_loop(spec: Spec) -> Any:
     """Our loop: OrtCtc for a model read by its CTC head, else the greedy decoder loop."""
-    reads, blank = reads_with_ctc(Path(spec.case.folder))
+    reads, blank = folder_decoding(Path(spec.case.folder))
     if reads:
         return OrtCtc(Path(spec.case.folder), spec.threads, spec.spin_wait, blank)
     return _OrtLoop(spec)
@@ -462,7 +457,7 @@ def bench_track(
         outputs = [_clean(ids, track) for ids in runs[case.name][0]["outputs"]]
         variants[case.name] = {
             "runtime": case.runtime,
-            "decoding": "ctc" if reads_with_ctc(Path(case.folder))[0] else "attention",
+            "decoding": "ctc" if folder_decoding(Path(case.folder))[0] else "attention",
             "bytes": track.sizes[case.name],
             **figures,
             **score(outputs),

@@ -288,7 +288,7 @@ class ScoreTrain(TrainLoop):
         if self.decode == "ctc" and self.ctc_weight == 0:
             raise ValueError(
                 "decode: ctc reads with the CTC head, which ctc_weight: 0 never trains: set "
-                "score_train.ctc_weight above 0 (0.5), or decode: attention"
+                "score_train.ctc_weight above 0 (0.7 as shipped), or decode: attention"
             )
         return self
 

@@ -276,7 +276,7 @@ def export_fp32(model_dir: Path, out: Path, task: str, cfg: Export) -> None:
                 f"optimum's export of {model_dir} (task {task}) wrote no {name}: this model "
                 "type may not support the merged decoder in optimum-onnx"
             )
-    if json.loads((model_dir / "config.json").read_text(encoding="utf-8")).get(ctc.DECODING):
+    if ctc.folder_decoding(model_dir)[0]:
         add_ctc_output(out / ENCODER, model_dir / ctc.HEAD_FILE)
 
 
@@ -727,11 +727,10 @@ def _variant_figures(folder: Path, name: str, fp32: Path) -> dict[str, Any]:
             )
     origin = {"ptq": "the FP32 model (post-training)", "qat": "the QAT-trained model"}
     route = ROUTES[kind] + ("" if name == "fp32" else f", from {origin[name.split('_')[1]]}")
-    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     return {
         "status": "built",
         "route": route,
-        "decoding": "ctc" if config.get(ctc.DECODING) else "attention",
+        "decoding": "ctc" if ctc.folder_decoding(folder)[0] else "attention",
         **sizes,
         "size_ratio": round(sizes["bytes"] / file_sizes(fp32)["bytes"], 4),
         "weight_check": check,

@@ -170,8 +170,7 @@ def run_stage(
     train_stage = stage.replace("_qat", "_train")
     if not (fp32 / "config.json").is_file():
         raise FileNotFoundError(f"{fp32} holds no trained model: run `dvc repro {train_stage}`")
-    config = json.loads((fp32 / "config.json").read_text(encoding="utf-8"))
-    if config.get(ctc.DECODING) and cfg.ctc_weight == 0:
+    if ctc.folder_decoding(fp32)[0] and cfg.ctc_weight == 0:
         raise ValueError(
             f"{fp32} reads with its CTC head ({ctc.DECODING}), which {stage}.ctc_weight: 0 "
             f"would leave untrained under fake quantization: set {stage}.ctc_weight above 0 "

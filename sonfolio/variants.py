@@ -160,9 +160,10 @@ def load(folder: Path, threads: int | None = None, device: str = "auto") -> Vari
     tokenizer, processor = _preprocessing(folder, track)
     config = _config(folder)
     loop, model = None, None
+    reads_ctc = ctc.decodes_with_ctc(config)
     if any(folder.glob("*.onnx")):
         kind, where = "onnx", _provider(device)
-        if ctc.decodes_with_ctc(config):
+        if reads_ctc:
             loop = _ctc_loop(folder, where, threads, config.pad_token_id)
         else:
             loop = _greedy_loop(folder, where, threads)
@@ -183,11 +184,7 @@ def load(folder: Path, threads: int | None = None, device: str = "auto") -> Vari
         kind,
         track,
         where,
-        "its CTC head, greedily"
-        if ctc.decodes_with_ctc(config)
-        else "the plain ORT greedy loop"
-        if loop is not None
-        else "HF generate",
+        _decoded_by(reads_ctc, loop),
     )
     return Variant(
         folder.name,
@@ -202,6 +199,12 @@ def load(folder: Path, threads: int | None = None, device: str = "auto") -> Vari
         loop,
         model,
     )
+
+
+def _decoded_by(reads_ctc: bool, loop: Any) -> str:
+    if reads_ctc:
+        return "its CTC head, greedily"
+    return "the plain ORT greedy loop" if loop is not None else "HF generate"
 
 
 def _config(folder: Path) -> Any:

@@ -24,6 +24,7 @@ is a training aid, dropped before the model is saved.
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -43,6 +44,13 @@ DECODING = "ctc_decoding"  # config.json key: true when the model is read by its
 def decodes_with_ctc(config: object) -> bool:
     """Whether a model (by its transformers config) is read by its CTC head."""
     return bool(getattr(config, DECODING, False))
+
+
+def folder_decoding(folder: Path) -> tuple[bool, int | None]:
+    """(whether the model saved in `folder` is read by its CTC head, its blank id), from
+    its config.json alone: for callers that have not loaded the model."""
+    config = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
+    return bool(config.get(DECODING)), config.get("pad_token_id")
 
 
 def set_decoding(model: PreTrainedModel, decode: str) -> None:
