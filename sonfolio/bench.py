@@ -33,9 +33,9 @@ from typing import Any
 
 import numpy as np
 
+from sonfolio.ctc_format import folder_decoding
 from sonfolio.infer.ortloop import OrtCtc, OrtGreedy, set_spinning
 from sonfolio.io import write_json
-from sonfolio.train.ctc import folder_decoding
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +142,7 @@ class _Ort(_Torch):
         self.torch, self.dtype = torch, torch.float32
         self.key = "pixel_values" if spec.track == "score" else "input_features"
         reads, blank = folder_decoding(Path(spec.case.folder))
-        self.ctc = OrtCtc.from_session(self.model.encoder.session, blank) if reads else None
+        self.ctc = OrtCtc(self.model.encoder.session, blank) if reads else None
 
     def encode(self, x: np.ndarray) -> None:
         kw = {} if self.key == "pixel_values" else {"attention_mask": None}
@@ -205,7 +205,7 @@ def _ort_loop(spec: Spec) -> Any:
     """Our loop: OrtCtc for a model read by its CTC head, else the greedy decoder loop."""
     reads, blank = folder_decoding(Path(spec.case.folder))
     if reads:
-        return OrtCtc(Path(spec.case.folder), spec.threads, spec.spin_wait, blank)
+        return OrtCtc.open(Path(spec.case.folder), spec.threads, spec.spin_wait, blank)
     return _OrtLoop(spec)
 
 

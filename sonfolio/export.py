@@ -39,8 +39,8 @@ import onnx
 from onnx import helper, numpy_helper
 
 from sonfolio.config import Export, TrackExport, load_params
+from sonfolio.ctc_format import CTC_OUTPUT, DECODING, HEAD_FILE, folder_decoding
 from sonfolio.io import write_json
-from sonfolio.train import ctc
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,6 @@ ENCODER = "encoder_model.onnx"
 DECODER = "decoder_model_merged.onnx"
 ONNX_FILES = (ENCODER, DECODER)
 UNMERGED = ("decoder_model.onnx", "decoder_with_past_model.onnx")
-CTC_OUTPUT = "ctc_logits"  # the encoder's second output in a model that reads with CTC
 WEIGHT_OPS = ("MatMul", "Gemm")
 # What the quantizers turn them into (int8 dynamic, int8 QOperator, int4 weight-only).
 QUANTIZED_OPS = ("MatMulInteger", "DynamicQuantizeMatMul", "QLinearMatMul", "MatMulNBits")
@@ -276,8 +275,8 @@ def export_fp32(model_dir: Path, out: Path, task: str, cfg: Export) -> None:
                 f"optimum's export of {model_dir} (task {task}) wrote no {name}: this model "
                 "type may not support the merged decoder in optimum-onnx"
             )
-    if ctc.folder_decoding(model_dir)[0]:
-        add_ctc_output(out / ENCODER, model_dir / ctc.HEAD_FILE)
+    if folder_decoding(model_dir)[0]:
+        add_ctc_output(out / ENCODER, model_dir / HEAD_FILE)
 
 
 def add_ctc_output(encoder: Path, head_file: Path) -> None:
@@ -293,7 +292,7 @@ def add_ctc_output(encoder: Path, head_file: Path) -> None:
 
     if not head_file.is_file():
         raise OnnxFileError(
-            f"{head_file.parent}/config.json says {ctc.DECODING}: true but {head_file.name} is "
+            f"{head_file.parent}/config.json says {DECODING}: true but {head_file.name} is "
             "missing: rerun the training stage that writes it"
         )
     head = load_file(str(head_file))
@@ -730,7 +729,7 @@ def _variant_figures(folder: Path, name: str, fp32: Path) -> dict[str, Any]:
     return {
         "status": "built",
         "route": route,
-        "decoding": "ctc" if ctc.folder_decoding(folder)[0] else "attention",
+        "decoding": "ctc" if folder_decoding(folder)[0] else "attention",
         **sizes,
         "size_ratio": round(sizes["bytes"] / file_sizes(fp32)["bytes"], 4),
         "weight_check": check,

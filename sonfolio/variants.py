@@ -260,7 +260,7 @@ def _ctc_loop(folder: Path, provider: str, threads: int | None, blank: int) -> A
 
     _onnx_files(folder)  # names a missing file as optimum would
     try:
-        return OrtCtc(folder, threads or torch.get_num_threads(), True, blank, provider)
+        return OrtCtc.open(folder, threads or torch.get_num_threads(), True, blank, provider)
     except OnnxFileError as err:
         raise VariantError(str(err)) from err
 

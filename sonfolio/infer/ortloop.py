@@ -11,12 +11,29 @@ from typing import Any
 
 import numpy as np
 
+from sonfolio.ctc_format import CTC_OUTPUT, collapse
+
 
 def set_spinning(options: Any, spin: bool) -> None:
     """ORT's idle intra-op threads spin (its default) or sleep. Sleeping is far faster on a
     shared machine: a spinning thread of the encoder's pool steals the core the decoder
     needs (measured 2-3x slower per token with the trainer running; docs/export.md)."""
     options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
+
+
+def session(
+    model: str | bytes, threads: int, spin: bool, provider: str = "CPUExecutionProvider"
+) -> Any:
+    """An ORT session as the loops run them: `threads` intra-op threads, one inter-op, every
+    graph optimization, spinning as asked."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+    set_spinning(options, spin)
+    return onnxruntime.InferenceSession(model, options, providers=[provider])
 
 
 class OrtGreedy:
@@ -89,12 +106,7 @@ class OrtGreedy:
         return self._session(str(self.folder / DECODER), threads), self._session(past, threads)
 
     def _session(self, model: str | bytes, threads: int) -> Any:
-        options = self.ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        options.graph_optimization_level = self.ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        set_spinning(options, self.spin)
-        return self.ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+        return session(model, threads, self.spin)
 
     def encode(self, x: np.ndarray) -> Any:
         """Encoder hidden states as an OrtValue, (B, encoder positions, d_model)."""
@@ -153,53 +165,42 @@ class OrtCtc:
     position, repeats merged, blanks dropped. The decoder files are not used.
 
     The same `encode` / `generate` as OrtGreedy, so eval, read, serve and bench run either.
+    Made over any encoder session with that output (optimum's, in the bench), or with `open`.
     """
 
-    def __init__(
-        self,
+    def __init__(self, encoder: Any, blank: int) -> None:
+        self.enc, self.blank = encoder, blank
+        self.enc_input = encoder.get_inputs()[0].name
+
+    @classmethod
+    def open(
+        cls,
         folder: Path,
         threads: int,
         spin: bool,
         blank: int,
         provider: str = "CPUExecutionProvider",
-    ) -> None:
-        import onnxruntime
+    ) -> OrtCtc:
+        """Over the folder's encoder_model.onnx.
 
-        from sonfolio.export import CTC_OUTPUT, ENCODER, OnnxFileError, load_onnx
+        Raises:
+            OnnxFileError: the file is missing or corrupt, or has no ctc_logits output.
+        """
+        from sonfolio.export import ENCODER, OnnxFileError, load_onnx
 
         load_onnx(folder / ENCODER)  # names a missing or corrupt file (OnnxFileError)
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
-        set_spinning(options, spin)
-        self.enc = onnxruntime.InferenceSession(
-            str(folder / ENCODER), options, providers=[provider]
-        )
-        if CTC_OUTPUT not in {o.name for o in self.enc.get_outputs()}:
+        encoder = session(str(folder / ENCODER), threads, spin, provider)
+        if CTC_OUTPUT not in {o.name for o in encoder.get_outputs()}:
             raise OnnxFileError(
                 f"{folder / ENCODER} has no {CTC_OUTPUT} output although config.json says the "
                 "model reads with its CTC head: rerun the export stage"
             )
-        self.enc_input = self.enc.get_inputs()[0].name
-        self.output, self.blank = CTC_OUTPUT, blank
-
-    @classmethod
-    def from_session(cls, session: Any, blank: int) -> OrtCtc:
-        """Over an encoder session made elsewhere (optimum's), with its ctc_logits output."""
-        from sonfolio.export import CTC_OUTPUT
-
-        self = cls.__new__(cls)
-        self.enc, self.enc_input = session, session.get_inputs()[0].name
-        self.output, self.blank = CTC_OUTPUT, blank
-        return self
+        return cls(encoder, blank)
 
     def encode(self, x: np.ndarray) -> np.ndarray:
         """The head's logits, (B, encoder positions, vocabulary)."""
-        return self.enc.run([self.output], {self.enc_input: np.ascontiguousarray(x)})[0]
+        return self.enc.run([CTC_OUTPUT], {self.enc_input: np.ascontiguousarray(x)})[0]
 
     def generate(self, x: np.ndarray, new: int, forced: bool = False) -> list[list[int]]:
         """At most `new` tokens a sample (`forced` is moot: CTC has no end token to hold off)."""
-        from sonfolio.train.ctc import collapse
-
         return collapse(self.encode(x).argmax(-1), self.blank, new)

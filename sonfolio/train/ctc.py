@@ -24,33 +24,25 @@ is a training aid, dropped before the model is saved.
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedModel
 
+# the folder format and the collapse are torch-free, for the ONNX runtimes; re-exported here
+from sonfolio.ctc_format import DECODING, HEAD_FILE, collapse, folder_decoding  # noqa: F401
+
 log = logging.getLogger(__name__)
 
 HEAD = "ctc_head"  # the attribute (and state-dict prefix) of the head on the model
-HEAD_FILE = "ctc_head.safetensors"  # the head of a CTC-decoding model, beside its weights
-DECODING = "ctc_decoding"  # config.json key: true when the model is read by its CTC head
 
 
 def decodes_with_ctc(config: object) -> bool:
     """Whether a model (by its transformers config) is read by its CTC head."""
     return bool(getattr(config, DECODING, False))
-
-
-def folder_decoding(folder: Path) -> tuple[bool, int | None]:
-    """(whether the model saved in `folder` is read by its CTC head, its blank id), from
-    its config.json alone: for callers that have not loaded the model."""
-    config = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
-    return bool(config.get(DECODING)), config.get("pad_token_id")
 
 
 def set_decoding(model: PreTrainedModel, decode: str) -> None:
@@ -128,17 +120,6 @@ def load_head(model: PreTrainedModel, folder: Path) -> PreTrainedModel:
     head.load_state_dict(state)
     setattr(model, HEAD, head)
     return model
-
-
-def collapse(ids: np.ndarray, blank: int, limit: int | None = None) -> list[list[int]]:
-    """Greedy CTC output: per row of best labels (B, T), repeats merged and blanks dropped,
-    at most `limit` tokens a row."""
-    rows = []
-    for row in np.asarray(ids):
-        keep = row != blank
-        keep[1:] &= row[1:] != row[:-1]
-        rows.append(row[keep][:limit].tolist())
-    return rows
 
 
 @torch.no_grad()

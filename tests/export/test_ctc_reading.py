@@ -15,7 +15,8 @@ import torch
 
 from sonfolio import variants
 from sonfolio.config import load_params
-from sonfolio.export import CTC_OUTPUT, ENCODER, run_stage
+from sonfolio.ctc_format import CTC_OUTPUT
+from sonfolio.export import ENCODER, run_stage
 from sonfolio.train import ctc
 from tasks.score_export import TRACK as SCORE_TRACK
 
@@ -139,3 +140,18 @@ def test_a_folder_without_its_head_fails_by_name(ctc_model, exported, tmp_path):
     onnx.save(model, str(onnx_copy / ENCODER))
     with pytest.raises(variants.VariantError, match=f"no {CTC_OUTPUT} output"):
         variants.load(onnx_copy, threads=1)
+
+
+def test_the_onnx_side_reads_ctc_models_without_importing_torch():
+    """The bench measures each ONNX and CTranslate2 variant's memory in a worker process: torch
+    imported there (by way of the CTC code) added ~300 MB to every one of them."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, sonfolio.bench, sonfolio.export, sonfolio.infer.ortloop\n"
+        "heavy = sorted({'torch', 'transformers'} & set(sys.modules))\n"
+        "assert not heavy, heavy\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
