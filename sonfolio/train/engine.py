@@ -428,6 +428,9 @@ class Run:
         best = self.paths.checkpoints / "best"
         tmp = self.paths.checkpoints / ".best.tmp"
         state_dict = self.acc.get_state_dict(self.model)  # on every process (FSDP gathers)
+        # Accelerate unwraps DDP/FSDP but keeps torch.compile's wrapper, whose keys start with
+        # "_orig_mod."; save_pretrained needs the plain model's names
+        state_dict = {k.removeprefix(COMPILED_PREFIX): v for k, v in state_dict.items()}
         # the plain model's weights; the CTC head beside them where it reads (sonfolio.train.ctc)
         head = ctc.head_state(state_dict)
         state_dict = {k: v for k, v in state_dict.items() if not k.startswith(ctc.HEAD)}
@@ -623,7 +626,13 @@ def _finish(run: Run, resumed: bool) -> TrainResult:
         metrics["samples_per_s"] = speeds[-1]["speed/samples_per_s"]
         metrics["tokens_per_s"] = speeds[-1]["speed/tokens_per_s"]
         metrics["mfu_pct"] = speeds[-1]["speed/mfu_pct"]
+    utils = [r["gpu/gpu_util_pct"] for r in state.history if "gpu/gpu_util_pct" in r]
+    if utils:  # sampled at each log line while training, not the instant training ended
+        metrics["gpu_util_pct"] = round(sum(utils) / len(utils), 1)
     return TrainResult(model=model, metrics=metrics, accelerator=acc)
+
+
+COMPILED_PREFIX = "_orig_mod."  # torch.compile's OptimizedModule holds the model as _orig_mod
 
 
 def plain(model: torch.nn.Module) -> PreTrainedModel:

@@ -172,3 +172,25 @@ def test_what_the_cpu_cannot_do_fails_before_training(score_data, tmp_path, loop
     with pytest.raises(DeviceCannotDo, match=fix):
         run_tiny(score_data, tmp_path, **loop)
     assert not (tmp_path / "checkpoints").exists()  # nothing was started
+
+
+def test_compiled_run_saves_the_plain_model(score_data, tmp_path):
+    """train_engine.compile: true (inductor, on the CPU here): the best weights are saved under
+    the model's own names, not torch.compile's wrapper's, with the CTC head beside them, and
+    they are the weights the eager run trains, to float tolerance."""
+    from safetensors.torch import load_file
+
+    from sonfolio.train import ctc
+
+    eager = run_tiny(score_data, tmp_path / "eager")
+    compiled = run_tiny(score_data, tmp_path / "compiled", engine={"compile": True})
+    assert compiled["choices"]["compile"].startswith("on"), compiled["choices"]["compile"]
+    saved = {}
+    for run in ("eager", "compiled"):
+        saved[run] = load_file(tmp_path / run / "model" / "model.safetensors")
+        saved[run] |= load_file(tmp_path / run / "model" / ctc.HEAD_FILE)
+    assert not [k for k in saved["compiled"] if k.startswith("_orig_mod")]
+    assert saved["compiled"].keys() == saved["eager"].keys()
+    for name, weight in saved["eager"].items():
+        torch.testing.assert_close(saved["compiled"][name], weight, atol=1e-3, rtol=1e-2)
+    assert compiled["val_loss_last"] == pytest.approx(eager["val_loss_last"], rel=1e-3)
