@@ -8,7 +8,7 @@ import shutil
 import numpy as np
 import pytest
 import torch
-from tiny import WIDTH, run_tiny, tiny_config
+from tiny import ROOT, WIDTH, run_tiny, tiny_config
 from transformers import (
     AutoFeatureExtractor,
     AutoTokenizer,
@@ -194,3 +194,24 @@ def test_compiled_run_saves_the_plain_model(score_data, tmp_path):
     for name, weight in saved["eager"].items():
         torch.testing.assert_close(saved["compiled"][name], weight, atol=1e-3, rtol=1e-2)
     assert compiled["val_loss_last"] == pytest.approx(eager["val_loss_last"], rel=1e-3)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU they run: test_train_gpu.py")
+@pytest.mark.parametrize("preset", ["memory", "all"])
+def test_gpu_presets_train_on_the_cpu(score_data, tmp_path, preset):
+    """`dvc exp run -S score_train.preset=all` on a machine without a GPU trains: every GPU-only
+    option (8-bit AdamW, FP8) falls back with its reason in the choices, and the rest (compile,
+    gradient checkpointing, auto micro-batch) run."""
+    from sonfolio.config import load_params
+
+    opts = load_params(ROOT / "params.yaml").engine_options(preset)
+    metrics = run_tiny(
+        score_data, tmp_path, engine={k: getattr(opts, k) for k in type(opts).model_fields}
+    )
+    choices = metrics["choices"]
+    assert choices["optimizer"].startswith("AdamW: adamw_8bit unavailable"), choices["optimizer"]
+    assert choices["gradient_checkpointing"].startswith("on"), choices["gradient_checkpointing"]
+    if preset == "all":
+        assert choices["fp8"].startswith("skipped"), choices["fp8"]
+        assert choices["compile"].startswith("on"), choices["compile"]
+    assert np.isfinite(metrics["val_loss_last"])
