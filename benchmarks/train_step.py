@@ -1,8 +1,7 @@
 """Benchmark a training step of each track: where its time goes, and how fast it runs.
 
     python -m benchmarks.train_step [--steps 40] [--preset default]
-    python -m benchmarks.train_step --compare [--steps 20]
-
+    python -m benchmarks.train_step --compare [--steps 40]
 
 Runs the real training engine on the real data (data/score, data/speech and their tokenizer
 stages must have run) with the configured model and engine preset, for `--steps` optimizer
