@@ -83,19 +83,23 @@ def save_head(state: dict[str, torch.Tensor], folder: Path) -> None:
     )
 
 
-def save_pretrained(model: PreTrainedModel, folder: Path) -> None:
-    """`model.save_pretrained(folder)` without the head; a CTC-decoding model's head beside it."""
-    head = getattr(model, HEAD, None)
-    detach(model)
-    try:
-        model.save_pretrained(str(folder))
-    finally:
-        if head is not None:
-            setattr(model, HEAD, head)
+def save_pretrained(
+    model: PreTrainedModel, folder: Path, state_dict: dict[str, torch.Tensor] | None = None
+) -> None:
+    """`model.save_pretrained(folder)` without the head; a CTC-decoding model's head beside it.
+
+    `state_dict`: the weights to save instead of the model's own (the engine passes the ones
+    Accelerate gathered across processes), head included where it has one.
+    """
+    if state_dict is None:
+        state_dict = model.state_dict()
+    head = head_state(state_dict)
+    weights = {k: v for k, v in state_dict.items() if not k.startswith(HEAD + ".")}
+    model.save_pretrained(str(folder), state_dict=weights, safe_serialization=True)
     if decodes_with_ctc(model.config):
-        if head is None:
+        if not head:
             raise ValueError(f"the model decodes with CTC ({DECODING}) but has no CTC head")
-        save_head(head.state_dict(), folder)
+        save_head(head, folder)
 
 
 def load_head(model: PreTrainedModel, folder: Path) -> PreTrainedModel:

@@ -430,16 +430,11 @@ class Run:
         state_dict = self.acc.get_state_dict(self.model)  # on every process (FSDP gathers)
         # Accelerate unwraps DDP/FSDP but keeps torch.compile's wrapper, whose keys start with
         # "_orig_mod."; save_pretrained needs the plain model's names
-        state_dict = {k.removeprefix(COMPILED_PREFIX): v for k, v in state_dict.items()}
-        # the plain model's weights; the CTC head beside them where it reads (sonfolio.train.ctc)
-        head = ctc.head_state(state_dict)
-        state_dict = {k: v for k, v in state_dict.items() if not k.startswith(ctc.HEAD)}
+        state_dict = {k.removeprefix(COMPILED + "."): v for k, v in state_dict.items()}
         if self.acc.is_main_process:
             shutil.rmtree(tmp, ignore_errors=True)
-            model = plain(self.acc.unwrap_model(self.model))
-            model.save_pretrained(str(tmp), state_dict=state_dict, safe_serialization=True)
-            if ctc.decodes_with_ctc(model.config):
-                ctc.save_head(head, tmp)
+            # the plain model's weights; its CTC head beside them where it reads with it
+            ctc.save_pretrained(plain(self.acc.unwrap_model(self.model)), tmp, state_dict)
             shutil.rmtree(best, ignore_errors=True)
             tmp.rename(best)
         self.acc.wait_for_everyone()
@@ -632,9 +627,9 @@ def _finish(run: Run, resumed: bool) -> TrainResult:
     return TrainResult(model=model, metrics=metrics, accelerator=acc)
 
 
-COMPILED_PREFIX = "_orig_mod."  # torch.compile's OptimizedModule holds the model as _orig_mod
+COMPILED = "_orig_mod"  # the attribute torch.compile's OptimizedModule holds the model in
 
 
 def plain(model: torch.nn.Module) -> PreTrainedModel:
     """The model under torch.compile's wrapper."""
-    return getattr(model, "_orig_mod", model)
+    return getattr(model, COMPILED, model)

@@ -34,12 +34,9 @@ def tiny_score_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Pa
     # 3 decoder layers, not tiny's 1: these tests are about the attention decoder's export
     # (the KV cache, the merged decoder's branches), and a 1-layer random decoder reads the
     # image too little for outputs to differ (11 distinct of 40 against 22)
-    sizes = dict(score_model.SIZES)
-    score_model.SIZES["tiny"] = replace(sizes["tiny"], dec_layers=3)
-    try:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(score_model.SIZES, "tiny", replace(score_model.SIZES["tiny"], dec_layers=3))
         model = score_model.build(cfg.model, tok, WIDTH).eval()
-    finally:
-        score_model.SIZES.update(sizes)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if p.dim() == 2 and "wpe" not in name:
