@@ -32,7 +32,7 @@ import torch
 from rich.table import Table
 
 from benchmarks import console
-from sonfolio import variants
+from sonfolio import cpu, variants
 from sonfolio.config import Params, load_params
 from sonfolio.io import read_jsonl, write_json
 from sonfolio.score.batches import load_image, to_pixel_values
@@ -146,6 +146,7 @@ def main() -> None:
             "load_average_after": [round(x, 2) for x in os.getloadavg()],
             "cpus": os.cpu_count(),
             "machine": platform.machine(),
+            "cpu": cpu.isa(),  # int8 decode speed depends on VNNI / AMX / DOTPROD
             "python": platform.python_version(),
             "torch": torch.__version__,
             "onnxruntime": onnxruntime.__version__,
@@ -178,7 +179,7 @@ def print_table(result: dict[str, Any]) -> None:
     cond = result["conditions"]
     table.caption = (
         f"threads {cond['threads']}, load average {cond['load_average_before'][0]} -> "
-        f"{cond['load_average_after'][0]} on {cond['cpus']} cores"
+        f"{cond['load_average_after'][0]} on {cond['cpus']} cores; {cond['cpu']['summary']}"
     )
     console().print(table)
 

@@ -25,6 +25,7 @@ from typing import Any
 from rich.table import Table
 
 from benchmarks import console
+from sonfolio import cpu
 from sonfolio.config import Params, load_params
 from sonfolio.io import write_json
 from sonfolio.logs import setup_logging
@@ -104,11 +105,14 @@ def summary(benches: dict[str, dict[str, Any]], params: Params) -> dict[str, Any
             "targets_met": targets(track, variants, ratio),
         }
     result["load_average_at_report"] = [round(x, 2) for x in os.getloadavg()]
+    result["cpu"] = cpu.isa()  # int8 / int4 speed and quality depend on VNNI / AMX / DOTPROD
     return result
 
 
 def table(result: dict[str, Any]) -> Table:
-    t = Table(title="Quantized variants (p50; ratios to torch FP32)")
+    t = Table(
+        title="Quantized variants (p50; ratios to torch FP32)", caption=result["cpu"]["summary"]
+    )
     for col in (
         "track",
         "variant",

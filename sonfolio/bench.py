@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from sonfolio import cpu
 from sonfolio.ctc_format import folder_decoding
 from sonfolio.infer.ortloop import OrtCtc, OrtGreedy, set_spinning
 from sonfolio.io import write_json
@@ -403,6 +404,7 @@ def conditions(cfg: Any, workdir: Path) -> dict[str, Any]:
         "decode_tokens": cfg.decode_tokens,
         "io_binding": cfg.io_binding,
         "cpu_count": os.cpu_count(),
+        "cpu": cpu.isa(),  # int8 speed and quality depend on VNNI / AMX / DOTPROD
         "load_average_before": [round(x, 2) for x in os.getloadavg()],
         "machine": platform.processor() or platform.machine(),
         "versions": {
@@ -459,6 +461,7 @@ def bench_track(
             "runtime": case.runtime,
             "decoding": "ctc" if folder_decoding(Path(case.folder))[0] else "attention",
             "bytes": track.sizes[case.name],
+            **_int8_weights(case),
             **figures,
             **score(outputs),
             "_outputs": outputs,
@@ -472,6 +475,14 @@ def bench_track(
 
 
 REFERENCE = "torch_fp32"
+
+
+def _int8_weights(case: Case) -> dict[str, Any]:
+    """{"int8_weights": ...} for an ORT case of an int8 folder (sonfolio.cpu), else {}."""
+    if case.runtime == "torch" or not Path(case.folder).is_dir():
+        return {}
+    found = cpu.int8_weight_range(Path(case.folder))
+    return {"int8_weights": found} if found else {}
 
 
 def _clean(ids: list[int], track: Track) -> list[int]:

@@ -31,6 +31,13 @@ def add_machine_commands(sub: argparse._SubParsersAction) -> None:
     doctor.add_argument("--params", default="params.yaml", type=Path)
     doctor.add_argument("--track", **tracks)
     doctor.add_argument("--json", action="store_true", help="machine-readable output")
+    doctor.add_argument(
+        "--model",
+        action="append",
+        type=Path,
+        default=[],
+        help="an int8 ONNX folder to check on this CPU (repeatable; the tracks' exports always)",
+    )
     est = sub.add_parser("estimate", help="time real training steps, price them on cloud GPUs")
     est.add_argument("--params", default="params.yaml", type=Path)
     est.add_argument("--track", **tracks)
@@ -45,7 +52,7 @@ def run_machine_command(args: argparse.Namespace) -> int:
     if args.command == "doctor":
         from sonfolio.doctor import command
 
-        return command(args.params, tracks, args.json)
+        return command(args.params, tracks, args.json, args.model)
     from sonfolio.estimate import command as estimate
 
     return estimate(args.params, tracks, args.steps, args.target_steps, args.json, args.out)

@@ -357,6 +357,8 @@ class Export(Strict):
     opset: Annotated[int, Field(ge=14, le=21)]  # ONNX opset of the export
     quantize: list[Literal["int8", "int4"]]  # variants made from each exported model
     per_channel: bool  # int8: one scale per output channel (else per tensor)
+    # int8 weights within [-64, 64] (7) or [-127, 127] (8); 8 saturates on x86 without VNNI
+    int8_weight_bits: Literal[7, 8]
     int4_block_size: Literal[16, 32, 64, 128, 256]  # int4: weights per scale (along K)
     int4_symmetric: bool  # int4: no zero point
     int4_accuracy_level: Literal[0, 1, 2, 3, 4]  # MatMulNBits compute type; 4: int8 (fastest)

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from sonfolio import cpu
 from sonfolio.config import EngineOptions, Params, TrainLoop
 from sonfolio.train import engine, speed
 from sonfolio.train.device import (
@@ -246,7 +247,30 @@ def track_choices(track: str, params: Params, backend: Backend, cache: Path) -> 
     return out
 
 
-def diagnose(params: Params, tracks: list[str], matmul_seconds: float) -> dict[str, Any]:
+def int8_models(params: Params, tracks: list[str], extra: list[Path]) -> list[dict[str, Any]]:
+    """Each int8 ONNX folder of the tracks' exports (and `extra`, folders a user names): its
+    weight range and, where it loses accuracy on this CPU, the warning (also logged)."""
+    folders = list(extra)
+    for track in tracks:
+        export = getattr(params.paths, f"{track}_export")
+        if export.is_dir():
+            folders += sorted(p for p in export.iterdir() if p.name.startswith("int8_"))
+    found = []
+    for folder in folders:
+        if not folder.is_dir():
+            raise FileNotFoundError(f"--model {folder}: no such folder")
+        warning = cpu.int8_warning(folder, cpu.isa())
+        if warning:
+            log.warning(warning)
+        found.append(
+            {"folder": str(folder), "weights": cpu.int8_weight_range(folder), "warning": warning}
+        )
+    return found
+
+
+def diagnose(
+    params: Params, tracks: list[str], matmul_seconds: float, models: list[Path] = ()
+) -> dict[str, Any]:
     """Everything `sonfolio doctor` reports, as plain data (the --json output)."""
     backend = detect_backend()
     matmul = set_matmul_precision(backend)
@@ -256,6 +280,8 @@ def diagnose(params: Params, tracks: list[str], matmul_seconds: float) -> dict[s
         "device": backend.name,
         "versions": versions(),
         "host": host(),
+        "cpu_isa": cpu.isa(),
+        "int8_models": int8_models(params, tracks, list(models)),
         "gpu": gpu(backend),
         "bf16_supported": bf16_supported(backend),
         "matmul_precision": matmul,
@@ -279,6 +305,11 @@ def render(report: dict[str, Any], console: Any) -> None:
         f"{h['cpu']}: {h['cpu_cores']} cores ({h['cpu_cores_usable']} usable), "
         f"torch threads {h['torch_threads']}",
     )
+    isa = report["cpu_isa"]
+    sat = {True: "saturates unless weights are 7-bit", False: "no saturation", None: "unknown"}
+    machine.add_row(
+        "int8 / int4", f"{isa['summary']}; ORT u8 x s8 int8 MatMul: {sat[isa['int8_saturates']]}"
+    )
     machine.add_row("ram", f"{h['ram_gib']} GiB ({h['ram_available_gib']} GiB available)")
     if report["gpu"]:
         g = report["gpu"]
@@ -294,6 +325,18 @@ def render(report: dict[str, Any], console: Any) -> None:
     machine.add_row("matmul TFLOP/s", speeds)
     machine.add_row("versions", ", ".join(f"{k} {v}" for k, v in report["versions"].items()))
     console.print(machine)
+    if report["int8_models"]:
+        models = Table(title="int8 ONNX models on this CPU")
+        for column in ("folder", "int8 weights", "on this CPU"):
+            models.add_column(column, overflow="fold")
+        for m in report["int8_models"]:
+            verdict = (
+                "[yellow]loses accuracy (saturates): re-export with export.int8_weight_bits: 7"
+                if m["warning"]
+                else "keeps its accuracy"
+            )
+            models.add_row(m["folder"], cpu.describe(m["weights"]) or "no int8 MatMul", verdict)
+        console.print(models)
     tracks = report["tracks"]
     if not tracks:
         return
@@ -323,7 +366,7 @@ def render(report: dict[str, Any], console: Any) -> None:
     console.print(table)
 
 
-def command(params_path: Path, tracks: list[str], as_json: bool) -> int:
+def command(params_path: Path, tracks: list[str], as_json: bool, models: list[Path] = ()) -> int:
     """`sonfolio doctor`: the report on stdout (rich tables, or JSON); logs on stderr."""
     import sys
 
@@ -337,7 +380,11 @@ def command(params_path: Path, tracks: list[str], as_json: bool) -> int:
     except ParamsError as err:
         print(err, file=sys.stderr)
         return 2
-    report = diagnose(params, tracks, MATMUL_SECONDS)
+    try:
+        report = diagnose(params, tracks, MATMUL_SECONDS, models)
+    except FileNotFoundError as err:
+        print(err, file=sys.stderr)
+        return 2
     if as_json:
         print(json.dumps(report, indent=2))
     else:

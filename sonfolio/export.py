@@ -29,7 +29,6 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,9 +37,11 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from sonfolio import cpu
 from sonfolio.config import Export, TrackExport, load_params
 from sonfolio.ctc_format import CTC_OUTPUT, DECODING, HEAD_FILE, folder_decoding
 from sonfolio.io import write_json
+from sonfolio.onnx_graphs import graphs
 
 log = logging.getLogger(__name__)
 
@@ -95,18 +96,6 @@ def sources(cfg: Export, fp32_model: Path, qat_model: Path | None) -> list[Sourc
 
 
 # ---------------------------------------------------------------------------- graph walking
-
-
-def graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
-    """`graph` and every subgraph nested in it (If / Loop / Scan branches), depth first."""
-    yield graph
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                yield from graphs(attr.g)
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for sub in attr.graphs:
-                    yield from graphs(sub)
 
 
 def load_onnx(path: Path) -> onnx.ModelProto:
@@ -358,6 +347,9 @@ def quantize_int8(src: Path, dst: Path, cfg: Export) -> None:
             dst / name,
             per_channel=cfg.per_channel,
             weight_type=QuantType.QInt8,
+            # 7 bits: weights in [-64, 64], so u8 x s8 pairs never saturate VPMADDUBSW's 16-bit
+            # sums on x86 without VNNI (sonfolio.cpu); the same numbers on every CPU
+            reduce_range=cfg.int8_weight_bits == 7,
             op_types_to_quantize=["MatMul", "Gather"],
             nodes_to_exclude=_name_gathers(prepared, tied),
             extra_options={"EnableSubgraph": True},
@@ -694,7 +686,7 @@ def export_track(
                 built[name] = tmp / name
                 bar.advance(job)
             for name, folder in built.items():
-                metrics[name] = _variant_figures(folder, name, tmp / "fp32")
+                metrics[name] = _variant_figures(folder, name, tmp / "fp32", cfg)
                 card_text = render(track, card, cfg, name, str(source.folder), metrics[name])
                 (folder / "README.md").write_text(card_text, encoding="utf-8")
             if source.name != "ptq":
@@ -712,11 +704,19 @@ ROUTES = {
     "included; non-MatMul ops FP32",
 }
 
+WEIGHT_BITS = {
+    7: "7-bit weights (within [-64, 64]): the same numbers on every CPU, no saturation on x86 "
+    "without VNNI",
+    8: "8-bit weights (within [-127, 127]): accurate only on CPUs with VNNI, AMX or ARM dot "
+    "products; ORT's int8 MatMul saturates on x86 without them",
+}
 
-def _variant_figures(folder: Path, name: str, fp32: Path) -> dict[str, Any]:
+
+def _variant_figures(folder: Path, name: str, fp32: Path, cfg: Export) -> dict[str, Any]:
     sizes = file_sizes(folder)
     check = weight_check(folder)
     kind = name.split("_")[0]
+    extra: dict[str, Any] = {}
     if kind == "int8":
         left = {f: c["fp32_weight_matmuls"] for f, c in check.items() if c["fp32_weight_matmuls"]}
         if left:
@@ -724,8 +724,17 @@ def _variant_figures(folder: Path, name: str, fp32: Path) -> dict[str, Any]:
                 f"{name}: FP32 MatMul/Gemm weights left after int8 quantization: {left} "
                 "(file: count); the quantizer skipped them"
             )
+        weights = cpu.int8_weight_range(folder)
+        if weights and weights["max_abs"] > 2 ** (cfg.int8_weight_bits - 1):
+            raise OnnxFileError(
+                f"{name}: int8 weights reach {weights['max_abs']}, past the "
+                f"{cfg.int8_weight_bits}-bit range export.int8_weight_bits asks for"
+            )
+        extra["int8_weights"] = weights
     origin = {"ptq": "the FP32 model (post-training)", "qat": "the QAT-trained model"}
     route = ROUTES[kind] + ("" if name == "fp32" else f", from {origin[name.split('_')[1]]}")
+    if kind == "int8":
+        route += "; " + WEIGHT_BITS[cfg.int8_weight_bits]
     return {
         "status": "built",
         "route": route,
@@ -733,6 +742,8 @@ def _variant_figures(folder: Path, name: str, fp32: Path) -> dict[str, Any]:
         **sizes,
         "size_ratio": round(sizes["bytes"] / file_sizes(fp32)["bytes"], 4),
         "weight_check": check,
+        **extra,
+        "exported_on": cpu.isa()["summary"],
     }
 
 

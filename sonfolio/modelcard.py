@@ -11,6 +11,7 @@ from typing import Any
 
 from huggingface_hub import ModelCard, ModelCardData
 
+from sonfolio import cpu
 from sonfolio.config import Export, TrackExport
 
 TEMPLATE = """---
@@ -62,6 +63,12 @@ Size vs the FP32 ONNX export: {{ size_ratio }}x. MatMul / Gemm nodes with an FP3
 {{ fp32_weights }}; quantized matmul nodes: {{ quantized }} (subgraphs included). Latency and
 quality: `{{ bench_stage }}`'s metrics (`dvc metrics show`), measured on the same test inputs
 for every variant.
+{% if int8_weights %}
+int8 weights: {{ int8_weights }}. A model with 8-bit weights reads worse on x86 CPUs without
+VNNI or AMX (ONNX Runtime's int8 MatMul saturates there); `sonfolio doctor` says whether the
+CPU at hand is one.
+{% endif %}
+Exported on: {{ exported_on }}.
 """
 
 
@@ -88,7 +95,9 @@ def render(
                 "size_ratio_to_fp32": figures["size_ratio"],
                 "fp32_weight_matmuls": sum(c["fp32_weight_matmuls"] for c in checks.values()),
                 "quantized_matmuls": sum(c["quantized_matmuls"] for c in checks.values()),
+                "int8_weights": figures.get("int8_weights"),
             },
+            "exported_on_cpu": figures.get("exported_on"),
         },
     )
     return ModelCard.from_template(
@@ -112,4 +121,6 @@ def render(
         fp32_weights=sum(c["fp32_weight_matmuls"] for c in checks.values()),
         quantized=sum(c["quantized_matmuls"] for c in checks.values()),
         ctc=figures.get("decoding") == "ctc",
+        int8_weights=cpu.describe(figures.get("int8_weights")),
+        exported_on=figures.get("exported_on", "not recorded"),
     ).content

@@ -10,7 +10,8 @@ torchao's own converted int8 modules do not export to ONNX (docs/export.md), so 
 quantizes the QAT weights on the same grid they were trained for.
 
 Schemes (params: <track>_qat.schemes):
-- int8: int8 dynamic per-token activations, int8 symmetric per-channel weights
+- int8: int8 dynamic per-token activations, symmetric per-channel weights on the grid the
+  export uses (export.int8_weight_bits: 7 by default, [-64, 64]; sonfolio.cpu says why)
   (`Int8DynamicActivationIntxWeightConfig`): what ONNX Runtime's dynamic int8 runs.
 - int4: int4 symmetric group-wise weights, activations in float (`IntxWeightOnlyConfig` with
   `PerGroup(group_size)`): what ONNX Runtime's MatMulNBits runs.
@@ -40,20 +41,23 @@ log = logging.getLogger(__name__)
 Scheme = Literal["int8", "int4"]
 
 
-def base_config(scheme: Scheme, group_size: int):
-    """The torchao config whose numerics the fake quantization imitates."""
+def base_config(scheme: Scheme, group_size: int, int8_bits: int = 8):
+    """The torchao config whose numerics the fake quantization imitates; `int8_bits` 7 keeps
+    int8 weights on ORT's 7-bit grid (export.int8_weight_bits; torchao's int7 is [-64, 63]
+    with scale max|w| / 63.5, ORT's [-64, 64] with max|w| / 64: within 1 % of each other)."""
     # imported here: torchao is heavy and prints kernel-loading warnings at import
     from torchao.quantization import Int8DynamicActivationIntxWeightConfig, IntxWeightOnlyConfig
     from torchao.quantization.granularity import PerAxis, PerGroup
 
     if scheme == "int8":
         return Int8DynamicActivationIntxWeightConfig(
-            weight_dtype=torch.int8, weight_granularity=PerAxis(0)
+            weight_dtype=torch.int7 if int8_bits == 7 else torch.int8,
+            weight_granularity=PerAxis(0),
         )
     return IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(group_size))
 
 
-def prepare(model: PreTrainedModel, scheme: Scheme, group_size: int) -> int:
+def prepare(model: PreTrainedModel, scheme: Scheme, group_size: int, int8_bits: int = 8) -> int:
     """Insert fake quantization into `model` in place; returns the number of Linear layers.
 
     Raises:
@@ -71,7 +75,7 @@ def prepare(model: PreTrainedModel, scheme: Scheme, group_size: int) -> int:
                 "set <track>_qat.int4_group_size to a divisor (32 or 64 usually)"
             )
     # torchao's default filter: every nn.Linear (the group-size check above covers them all)
-    quantize_(model, QATConfig(base_config(scheme, group_size), step="prepare"))
+    quantize_(model, QATConfig(base_config(scheme, group_size, int8_bits), step="prepare"))
     log.info("QAT %s: fake quantization in %d Linear layers", scheme, len(linears))
     return len(linears)
 
@@ -100,6 +104,7 @@ def train_schemes(
     out: Path,
     checkpoints: Path,
     live: Path | None,
+    int8_bits: int,
 ) -> tuple[dict[str, Any], list[Path]]:
     """QAT-train a fresh copy of the FP32 model in `fp32` (`load` reads a model folder, ready
     to train) per scheme; `save` writes each
@@ -116,7 +121,13 @@ def train_schemes(
     folders = []
     for scheme in cfg.schemes:
         key = checkpoint.fingerprint(
-            {"cfg": cfg.model_dump(), "opts": opts.model_dump(), "scheme": scheme}, inputs
+            {
+                "cfg": cfg.model_dump(),
+                "opts": opts.model_dump(),
+                "scheme": scheme,
+                "int8_bits": int8_bits,
+            },
+            inputs,
         )
         folder = checkpoint.run_folder(checkpoints, f"{stage}/{scheme}", key)
         folders.append(folder)
@@ -127,7 +138,7 @@ def train_schemes(
             result_metrics = json.loads((done / "metrics.json").read_text())
         else:
             model = load(fp32)
-            prepare(model, scheme, cfg.int4_group_size)
+            prepare(model, scheme, cfg.int4_group_size, int8_bits)
             scheme_live = live / scheme if live else None
             paths = RunPaths(folder, scheme_live, checkpoints / "micro_batch.json")
             result = train(make_track(model), cfg, opts, paths)
@@ -135,6 +146,8 @@ def train_schemes(
                 continue
             model = convert(result.model)
             result_metrics = {**result.metrics, "scheme": scheme}
+            if scheme == "int8":
+                result_metrics["int8_weight_bits"] = int8_bits
             tmp = folder / ".done.tmp"
             shutil.rmtree(tmp, ignore_errors=True)
             ctc.save_pretrained(model, tmp)
@@ -157,6 +170,7 @@ def run_stage(
     metrics_path: Path,
     checkpoints: Path,
     live: Path | None,
+    int8_bits: int,
 ) -> dict[str, Any]:
     """A QAT stage: every scheme of `cfg` trained from the model in `fp32`, each converted
     model saved with the FP32 folder's tokenizer and processor under `out/<scheme>/`; `out`
@@ -186,7 +200,18 @@ def run_stage(
     inputs = [*inputs, *sorted(fp32.glob("*.safetensors"))]
     with staged_dir(out) as tmp:
         metrics, folders = train_schemes(
-            stage, cfg, opts, load, fp32, make_track, save, inputs, tmp, checkpoints, live
+            stage,
+            cfg,
+            opts,
+            load,
+            fp32,
+            make_track,
+            save,
+            inputs,
+            tmp,
+            checkpoints,
+            live,
+            int8_bits,
         )
     write_json(metrics_path, metrics)
     for folder in folders:

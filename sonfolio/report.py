@@ -291,7 +291,8 @@ def quality_table(spec: TrackSpec, ev: dict[str, Any]) -> Table:
         ["variant", "runtime", "split", *spec.quality],
         rows,
         "delta_*: the variant minus the reference model on the same samples (positive = worse "
-        "for error rates). Definitions: docs/evaluation.md.",
+        "for error rates). Definitions: docs/evaluation.md. Measured on "
+        f"{ev.get('cpu', {}).get('summary', 'a CPU not recorded')}.",
     )
 
 
@@ -497,7 +498,8 @@ def bench_table(spec: TrackSpec, bench: dict[str, Any]) -> Table:
         ["variant", *(h for h, _ in columns), "status"],
         rows,
         f"{fmt(c.get('samples'))} test samples, batch 1, {fmt(c.get('decode_tokens'))} decoded "
-        f"tokens forced, {fmt(c.get('threads'))} threads, a fresh process per variant; "
+        f"tokens forced, {fmt(c.get('threads'))} threads, a fresh process per variant, on "
+        f"{c.get('cpu', {}).get('summary', 'a CPU not recorded')}; "
         "MB = 10^6 bytes. Latency vs CTranslate2 > 1: slower than the peer. A variant read by "
         "its CTC head takes no decoder steps: its end-to-end time is the encoder with the head.",
     )
@@ -673,6 +675,15 @@ def git_commit(root: Path) -> str:
     return head.stdout.strip() + (" + uncommitted changes" if dirty else "")
 
 
+def _isa_row(name: str, isa: dict[str, Any] | None) -> list[str]:
+    """The CPU's instruction sets, beside the int8 figures measured on it."""
+    if not isa:
+        return [name, "not recorded"]
+    sat = isa.get("int8_saturates")
+    note = {True: "8-bit int8 weights would saturate here", False: "no int8 saturation"}
+    return [name, f"{isa['summary']} ({note.get(sat, 'saturation unknown')})"]
+
+
 def conditions_section(src: Sources) -> Section:
     rows = [
         ["report made (UTC)", datetime.now(UTC).strftime("%Y-%m-%d %H:%M")],
@@ -695,6 +706,10 @@ def conditions_section(src: Sources) -> Section:
                     f"{c.get('load_average_before')}; {versions}",
                 ]
             )
+            rows.append(_isa_row(f"{spec.name}_bench CPU (int8 / int4)", c.get("cpu")))
+        evaluation = read_json(src.metrics / f"{spec.name}_eval.json") or {}
+        if evaluation.get("cpu"):
+            rows.append(_isa_row(f"{spec.name}_eval CPU (int8 / int4)", evaluation["cpu"]))
     return Section(
         "Conditions", [Table("What these numbers depend on", ["condition", "value"], rows)]
     )

@@ -39,6 +39,7 @@ from transformers import (
     WhisperForConditionalGeneration,
 )
 
+from sonfolio import cpu
 from sonfolio.train import ctc
 
 log = logging.getLogger(__name__)
@@ -441,6 +442,8 @@ def evaluate_all(
         if v.track != track:
             raise VariantError(f"{folder} is a {v.track} model, not a {track} model")
         entry = {"kind": v.kind, "folder": str(folder), "device": v.device, "splits": {}}
+        if v.kind != "torch" and (weights := cpu.int8_weight_range(folder)):
+            entry["int8_weights"] = weights
         for split, rows in splits.items():
             entry["splits"][split] = evaluate(v, split, rows)
         per_variant[v.name] = entry
@@ -474,4 +477,5 @@ def quality_results(
         "reference": reference,
         "variants": per_variant,
         "seconds": round(time.perf_counter() - started, 1),
+        "cpu": cpu.isa(),  # int8 quality depends on it (sonfolio.cpu)
     }

@@ -2,8 +2,8 @@
 
 Run:    dvc repro score_qat      (or: python -m tasks.score_qat)
 Reads:  params.yaml (score_qat, score_train, train_engine, train_presets,
-        score_data.image_long_side, paths), ${paths.score_model}/ (the FP32 model),
-        ${paths.score_data}/, ${paths.score_tokenizer}/
+        score_data.image_long_side, export.int8_weight_bits, paths),
+        ${paths.score_model}/ (the FP32 model), ${paths.score_data}/, ${paths.score_tokenizer}/
 Writes: ${paths.score_qat}/<scheme>/ (int8/, int4/: VisionEncoderDecoderModel.save_pretrained
         with the QAT-trained weights, fake quantization stripped, + tokenizer + image
         processor), ${paths.metrics}/score_qat.json, ${paths.live}/score_qat/<scheme>/;
@@ -45,6 +45,7 @@ def main() -> None:
         paths.metrics / "score_qat.json",
         paths.checkpoints,
         paths.live / STAGE,
+        params.export.int8_weight_bits,  # train for the grid the export quantizes to
     )
 
 

@@ -1,7 +1,8 @@
 """Stage speech_qat: quantization-aware fine-tuning of the trained speech model, per scheme.
 
 Run:    dvc repro speech_qat      (or: python -m tasks.speech_qat)
-Reads:  params.yaml (speech_qat, speech_train, train_engine, train_presets, paths),
+Reads:  params.yaml (speech_qat, speech_train, train_engine, train_presets,
+        export.int8_weight_bits, paths),
         ${paths.speech_model}/ (the FP32 model), ${paths.speech_data}/,
         ${paths.speech_tokenizer}/
 Writes: ${paths.speech_qat}/<scheme>/ (int8/, int4/: WhisperForConditionalGeneration
@@ -43,6 +44,7 @@ def main() -> None:
         paths.metrics / "speech_qat.json",
         paths.checkpoints,
         paths.live / STAGE,
+        params.export.int8_weight_bits,  # train for the grid the export quantizes to
     )
 
 

@@ -61,9 +61,11 @@ def test_int8_folder_loads_with_optimum_and_agrees_with_torch(exported, tiny_sco
         ref = torch_model.generate(pixels, **kw).tolist()
     got = ort_model.generate(pixels, **kw).tolist()
     assert len({tuple(r) for r in ref}) >= len(ref) // 2, "outputs must differ between images"
-    # Seeded, so deterministic; measured here: 22 distinct outputs of 40, first tokens 95 %
-    # equal, whole 8-token sequences 72 % (an early divergence changes the rest: a random
-    # model's margins are small). A broken int8 file scores near 0 on both.
+    # Seeded, so deterministic: 22 distinct outputs of 40. With 7-bit int8 weights (the
+    # default, no saturation on any CPU), measured on an AVX2-only CPU: first tokens 92.5 %
+    # equal, whole 8-token sequences 80 % (an early divergence changes the rest: a random
+    # model's margins are small). 8-bit weights: 95 % / 72 % with VNNI, 72.5 % / 30 % on
+    # AVX2 without it. A broken int8 file scores near 0 on both.
     first = np.mean([a[1] == b[1] for a, b in zip(ref, got, strict=True)])
     whole = np.mean([a == b for a, b in zip(ref, got, strict=True)])
     assert first >= 0.85, f"int8 first token agrees with torch FP32 on {first:.0%} of {len(ref)}"
@@ -73,6 +75,63 @@ def test_int8_folder_loads_with_optimum_and_agrees_with_torch(exported, tiny_sco
         assert card.startswith("---\n") and "pipeline_tag: image-to-text" in card
         assert (out / name / "tokenizer.json").is_file()
         assert (out / name / "preprocessor_config.json").is_file()
+
+
+def int8_matmul_weights(folder: Path) -> list[np.ndarray]:
+    """The constant weight of every MatMulInteger / DynamicQuantizeMatMul, subgraphs included,
+    read straight from the files (not through sonfolio.cpu, which the export uses)."""
+    from onnx import numpy_helper
+
+    from sonfolio.export import graphs
+
+    found = []
+    for path in sorted(folder.glob("*.onnx")):
+        model = onnx.load(str(path))
+        inits = {i.name: i for g in graphs(model.graph) for i in g.initializer}
+        for graph in graphs(model.graph):
+            for node in graph.node:
+                if node.op_type in ("MatMulInteger", "DynamicQuantizeMatMul"):
+                    found.append(numpy_helper.to_array(inits[node.input[1]]))
+    return found
+
+
+def test_int8_weights_keep_to_seven_bits_so_no_cpu_saturates(exported):
+    """What keeps int8 accurate on x86 CPUs without VNNI (sonfolio.cpu): every int8 MatMul
+    weight within [-64, 64], so ORT's u8 x s8 pairs fit VPMADDUBSW's 16-bit sums. Asserted on
+    the files, so CI on a VNNI machine (where 8-bit would still read well) catches a
+    regression too."""
+    out, metrics, _ = exported
+    weights = int8_matmul_weights(out / "int8_ptq")
+    assert len(weights) >= 10  # encoder, decoder and both merged-decoder branches
+    assert all(w.dtype == np.int8 for w in weights)
+    assert max(int(np.abs(w.astype(np.int16)).max()) for w in weights) == 64  # the grid is used
+    assert metrics["int8_ptq"]["int8_weights"]["bits"] == 7
+    assert "7-bit weights" in metrics["int8_ptq"]["route"]
+    card = (out / "int8_ptq" / "README.md").read_text()
+    assert "int8 weights: 7-bit (max |w| 64" in card and "Exported on: " in card
+
+
+def test_int8_with_eight_bit_weights_is_flagged_on_a_cpu_without_vnni(exported, tmp_path):
+    """export.int8_weight_bits: 8 gives [-127, 127] weights; sonfolio doctor's check warns for
+    it on an AVX2-only CPU and not on a VNNI one (the CPU dicts are given, not read)."""
+    from sonfolio import cpu
+    from sonfolio.export import quantize_int8
+
+    out, _, _ = exported
+    params = load_params(ROOT / "params.yaml")
+    eight = params.export.model_copy(update={"int8_weight_bits": 8})
+    quantize_int8(out / "fp32", tmp_path / "int8_8bit", eight)
+    weights = int8_matmul_weights(tmp_path / "int8_8bit")
+    assert max(int(np.abs(w.astype(np.int16)).max()) for w in weights) == 127
+    avx2 = {"arch": "x86_64", "model": "test", "known": True, "avx2": True, "avx512": False}
+    avx2 |= {"avx512_vnni": False, "avx_vnni": False, "amx_int8": False}
+    vnni = avx2 | {"avx512": True, "avx512_vnni": True}
+    arm = {"arch": "aarch64", "model": "test", "known": True, "neon": True, "dotprod": True}
+    warning = cpu.int8_warning(tmp_path / "int8_8bit", avx2)
+    assert warning and "127" in warning and "export.int8_weight_bits: 7" in warning
+    assert cpu.int8_warning(tmp_path / "int8_8bit", vnni) is None
+    assert cpu.int8_warning(tmp_path / "int8_8bit", arm) is None
+    assert cpu.int8_warning(out / "int8_ptq", avx2) is None  # the 7-bit default
 
 
 def test_no_fp32_matmul_weight_left_in_int8_subgraphs_included(exported):

@@ -48,6 +48,7 @@ def run_qat(score_data: Path, fp32: Path, out: Path, **loop) -> dict:
         out / "metrics.json",
         out / "checkpoints",
         None,
+        7,
     )
 
 
@@ -133,3 +134,17 @@ def test_qat_without_ctc_loss_is_refused_for_a_model_that_reads_with_its_head(
     with pytest.raises(ValueError, match="score_qat.ctc_weight above 0"):
         run_qat(score_data, fp32, tmp_path, ctc_weight=0.0)
     assert not (tmp_path / "qat").exists()
+
+
+@pytest.mark.parametrize(("bits", "levels"), [(7, (-64, 63)), (8, (-128, 127))])
+def test_int8_qat_trains_on_the_grid_the_export_quantizes_to(bits, levels):
+    """export.int8_weight_bits: 7 (the default) ships weights within [-64, 64]; QAT must
+    simulate that grid, not 8 bits, or what it learned is rounded away at export."""
+    linear = torch.nn.Linear(64, 8)
+    model = torch.nn.Sequential(linear)
+    qat.prepare(model, "int8", 32, bits)
+    layer = model[0]
+    weight = layer.weight_fake_quantizer(layer.weight).detach()
+    steps = weight / (layer.weight.abs().amax(1, keepdim=True) / (2 ** (bits - 1) - 0.5))
+    assert torch.allclose(steps, steps.round(), atol=1e-3)  # on the grid
+    assert (steps.min().item(), steps.max().item()) == levels
