@@ -44,7 +44,9 @@ def add_machine_commands(sub: argparse._SubParsersAction) -> None:
     est.add_argument("--steps", type=int, help="timed steps (default: estimate.steps)")
     est.add_argument("--target-steps", type=int, help="steps to price (default: max_steps)")
     est.add_argument("--json", action="store_true", help="machine-readable output")
-    est.add_argument("--out", action="store_true", help="also write ${paths.metrics}/estimate.json")
+    est.add_argument(
+        "--out", action="store_true", help="also write ${paths.metrics}/estimate_<track>.json"
+    )
 
 
 def run_machine_command(args: argparse.Namespace) -> int:

@@ -416,7 +416,8 @@ def command(
     as_json: bool,
     write: bool,
 ) -> int:
-    """`sonfolio estimate`: the report on stdout; `write`: also ${paths.metrics}/estimate.json."""
+    """`sonfolio estimate`: the report on stdout; `write`: also
+    ${paths.metrics}/estimate_<track>.json, as the estimate stage writes them."""
     import json
     import sys
 
@@ -438,10 +439,11 @@ def command(
     except (ParamsError, MissingInput, DeviceCannotDo, PriceTableError) as err:
         print(f"sonfolio estimate: {err}", file=sys.stderr)
         return 2
-    if write:
-        path = params.paths.metrics / "estimate.json"
-        write_json(path, report)
-        log.info("wrote %s", path)
+    if write:  # what the estimate stage writes, one file per track
+        for name, figures in report["tracks"].items():
+            path = params.paths.metrics / f"estimate_{name}.json"
+            write_json(path, {**report, "tracks": {name: figures}})
+            log.info("wrote %s", path)
     if as_json:
         print(json.dumps(report, indent=2))
     else:

@@ -1,8 +1,8 @@
 """The run report: one self-contained HTML page per run, from the stages' metrics and outputs.
 
-It only reads what the other stages wrote (metrics/*.json, the DVCLive curves, the eval folders,
-metrics/estimate.json) and never recomputes a figure. A missing input becomes a visible section
-that names the command that produces it, so a partial pipeline still gets a report.
+It only reads what the other stages wrote (metrics/*.json, the DVCLive curves, the eval folders)
+and never recomputes a figure. A missing input becomes a visible section that names the command
+that produces it, so a partial pipeline still gets a report.
 
 Layout of the output folder (docs/report.md): index.html, assets/ (plots, copied sample images
 and audio clips: every link is relative and stays inside the folder) and <track>_latency.csv
@@ -614,14 +614,20 @@ def qat_section(spec: TrackSpec, src: Sources) -> Section:
 
 # --- cost and conditions ------------------------------------------------------------------------
 def cost_section(src: Sources) -> Section:
-    section = Section("Cost of a training run (sonfolio estimate)")
-    path = src.metrics / "estimate.json"
-    est = read_json(path)
-    if est is None:
-        section.items.append(
-            Missing(f"{path.as_posix()} (not a DVC stage)", "sonfolio estimate --out")
-        )
-        return section
+    section = Section("Cost of a training run (the estimate stage)")
+    for spec in TRACKS:
+        path = src.metrics / f"estimate_{spec.name}.json"
+        est = read_json(path)
+        if est is None:
+            section.items.append(missing(path, f"estimate@{spec.name}"))
+            continue
+        section.items += cost_tables(est, path)
+    return section
+
+
+def cost_tables(est: dict[str, Any], path: Path) -> list[Table]:
+    """One price table per track measured in `est` (an estimate stage's metrics)."""
+    tables = []
     for name, t in est.get("tracks", {}).items():
         targets = t.get("targets", {})
         targets = {k: targets[k] for k in sorted(targets, key=lambda k: k != "max_steps")}
@@ -637,7 +643,7 @@ def cost_section(src: Sources) -> Section:
                     *(f"{hours(r['hours'][k])} / {usd(cost.get(k))}" for k in targets),
                 ]
             )
-        section.items.append(
+        tables.append(
             Table(
                 f"{name}: {fmt(t.get('seconds_per_step'))} s per step measured on "
                 f"{t.get('device')} "
@@ -652,11 +658,12 @@ def cost_section(src: Sources) -> Section:
                 rows,
                 "* assumed: the GPU's dense bf16 peak x an assumed MFU + a fixed per-step overhead "
                 f"({est.get('prices')}). Prices: one GPU, on demand, with dates and sources in "
-                f"{path.as_posix()} (docs/cost.md). Written by `sonfolio estimate --out`, which "
-                "times real steps; the report reads it rather than re-timing.",
+                f"{path.as_posix()} (docs/cost.md). Written by the estimate stage (or "
+                "`sonfolio estimate --out`), which times real steps here; the report reads it "
+                "rather than re-timing.",
             )
         )
-    return section
+    return tables
 
 
 def git_commit(root: Path) -> str:

@@ -2,7 +2,7 @@
 
 Run:    dvc repro report      (or: python -m tasks.report)
 Reads:  params.yaml (report, paths), ${paths.metrics}/<track>_{train,qat,export,bench,eval}.json,
-        ${paths.metrics}/estimate.json (`sonfolio estimate --out`; not a DVC stage),
+        ${paths.metrics}/estimate_<track>.json (the estimate stage),
         ${paths.live}/<track>_train/plots/metrics/ (DVCLive curves),
         ${paths.score_eval}/samples/ (side-by-side PNGs), the speech clips the eval names
 Writes: ${paths.report}/index.html, ${paths.report}/assets/ (plots, copied samples and audio,

@@ -18,7 +18,17 @@ PROJECT_PACKAGES = ("sonfolio", "tasks", "flows")
 
 
 def dvc_stages() -> dict[str, dict]:
-    return yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    """dvc.yaml's stages by name, a `foreach` stage expanded per item as DVC names it
+    (`estimate@score`): ${key} replaced, ${item.*} left as interpolations."""
+    stages = {}
+    for name, spec in yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"].items():
+        if "foreach" not in spec:
+            stages[name] = spec
+            continue
+        for key in spec["foreach"]:
+            text = yaml.safe_dump(spec["do"]).replace("${key}", key)
+            stages[f"{name}@{key}"] = yaml.safe_load(text)
+    return stages
 
 
 def module_file(name: str) -> Path | None:
@@ -56,9 +66,11 @@ def project_imports(entry: str) -> set[Path]:
 @pytest.mark.parametrize("stage", sorted(dvc_stages()))
 def test_stage_lists_every_module_it_imports(stage):
     spec = dvc_stages()[stage]
-    match = re.fullmatch(r"python -m (tasks\.\w+)", spec["cmd"])
-    assert match, f"{stage}: cmd must be `python -m tasks.<stage>`, got {spec['cmd']!r}"
-    assert match.group(1) == f"tasks.{stage}", "stage name = module name"
+    match = re.fullmatch(r"python -m (tasks\.\w+)( \w+)?", spec["cmd"])
+    assert match, f"{stage}: cmd must be `python -m tasks.<stage> [track]`, got {spec['cmd']!r}"
+    name, _, track = stage.partition("@")
+    assert match.group(1) == f"tasks.{name}", "stage name = module name"
+    assert (match.group(2) or "").strip() == track, "a foreach stage runs for its own track"
     needed = {p.relative_to(ROOT).as_posix() for p in project_imports(match.group(1))}
     deps = {d for d in spec["deps"] if "${" not in d}
     assert needed - deps == set(), f"{stage} imports modules missing from its deps"
@@ -68,8 +80,9 @@ def test_stage_lists_every_module_it_imports(stage):
 @pytest.mark.parametrize("stage", sorted(dvc_stages()))
 def test_stage_has_its_params_section(stage):
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    assert stage in params, f"params.yaml has no section for stage {stage}"
-    assert stage in dvc_stages()[stage]["params"]
+    name = stage.partition("@")[0]
+    assert name in params, f"params.yaml has no section for stage {name}"
+    assert name in dvc_stages()[stage]["params"]
 
 
 def test_only_the_data_stages_list_the_data_folders():
@@ -82,7 +95,7 @@ def test_only_the_data_stages_list_the_data_folders():
 
 def test_every_task_module_is_a_stage():
     modules = {p.stem for p in (ROOT / "tasks").glob("*.py") if p.stem != "__init__"}
-    assert modules == set(dvc_stages())
+    assert modules == {s.partition("@")[0] for s in dvc_stages()}
 
 
 def test_library_never_imports_prefect():

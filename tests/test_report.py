@@ -145,13 +145,13 @@ def bench(quality: str, peer: bool) -> dict:
     return {"conditions": conditions, "variants": variants}
 
 
-def estimate() -> dict:
+def estimate(track_name: str) -> dict:
     row = {"gpu": "H100 SXM", "provider": "SomeCloud", "usd_per_gpu_hour": 2.5, "speedup": 150.0,
            "assumed": True, "hours": {"max_steps": 0.01, "full_run": 0.5},
            "cost_usd": {"max_steps": 0.025, "full_run": 1.25}}  # fmt: skip
     track = {"seconds_per_step": 1.5, "device": "cpu", "parameters": 1, "effective_batch": 32,
              "targets": {"max_steps": 800, "full_run": 20000}, "rows": [row]}  # fmt: skip
-    return {"prices": "sonfolio/gpu_prices.yaml", "tracks": {"score": track}}
+    return {"prices": "sonfolio/gpu_prices.yaml", "tracks": {track_name: track}}
 
 
 @pytest.fixture
@@ -170,7 +170,8 @@ def run_dir(tmp_path: Path) -> Path:
         "score_export": {"torch_fp32_bytes": 12007952, "int8_ptq": {"bytes": 4158219,
                          "size_ratio": 0.3326, "status": "built", "route": "quantize_dynamic"}},
         "score_qat": {"int8": {"val_loss_best": 2.5}, "int4": {"val_loss_best": 2.7}},
-        "estimate": estimate(),
+        "estimate_score": estimate("score"),
+        "estimate_speech": estimate("speech"),
     }  # fmt: skip
     for name, data in files.items():
         (metrics / f"{name}.json").write_text(json.dumps(data))
@@ -231,8 +232,8 @@ def test_missing_inputs_show_the_command_that_makes_them(tmp_path, params):
     for track in ("score", "speech"):
         for stage in ("train", "eval", "bench", "export", "qat"):
             assert f"not yet produced: run <code>dvc repro {track}_{stage}</code>" in html
-    assert "run <code>sonfolio estimate --out</code>" in html
-    assert len(summary["missing"]) == 11 and summary["images"] == 0
+        assert f"not yet produced: run <code>dvc repro estimate@{track}</code>" in html
+    assert len(summary["missing"]) == 12 and summary["images"] == 0
     assert_links_resolve(out)  # the nav's #fragments, even with no data
     with (out / "score_latency.csv").open() as f:
         assert list(csv.reader(f)) == [
