@@ -49,7 +49,7 @@ def test_rows(data: Path, n: int) -> list[dict]:
 
 def compile_rate(params: Params, n: int) -> dict[str, Any]:
     cfg = params.score_eval
-    texts = [r["text"] for r in test_rows(params.paths.score_data, n)]
+    texts = [r["text"] for r in test_rows(params.paths.track("score").data, n)]
     exe = find_lilypond(params.score_data.lilypond)
     t0 = time.perf_counter()
     for t in texts:
@@ -88,7 +88,7 @@ def decode_rate(folder: Path, params: Params, n: int, threads: int, repeats: int
     """Median over `repeats` timed rounds (the machine is shared: one round can be an outlier)."""
     v = variants.load(folder, threads=threads)
     cfg = params.score_eval if v.track == "score" else params.speech_eval
-    data = params.paths.score_data if v.track == "score" else params.paths.speech_data
+    data = params.paths.track(v.track).data
     make = score_inputs if v.track == "score" else speech_inputs
     x = make(v, test_rows(data, n), data)  # inputs prepared before the clock starts
     v.generate(x[: cfg.batch_size], cfg.decode_max_tokens)  # warm-up
@@ -129,8 +129,8 @@ def main() -> None:
     compile_result = compile_rate(params, args.systems)
     decodes: dict[str, Any] = {}
     for track, fp32, exported in (
-        ("score", paths.score_model, paths.score_export),
-        ("speech", paths.speech_model, paths.speech_export),
+        ("score", paths.track("score").model, paths.track("score").export),
+        ("speech", paths.track("speech").model, paths.track("speech").export),
     ):
         for folder in variants.discover(fp32, exported):
             decodes[f"{track}/{folder.name}"] = decode_rate(

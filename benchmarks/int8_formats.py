@@ -82,7 +82,7 @@ def build(params: Params, fp32: Path, out: Path) -> dict[str, Path]:
 def inputs(track: str, params: Params, folder: Path, samples: int) -> tuple[np.ndarray, list]:
     """(model inputs (N, ...) float32, reference texts) for the first test samples."""
     paths = params.paths
-    data = paths.score_data if track == "score" else paths.speech_data
+    data = paths.track(track).data
     rows = [r for r in read_jsonl(data / "manifest.jsonl") if r["split"] == "test"][:samples]
     v = variants.load(folder, threads=1)
     if track == "score":

@@ -3,7 +3,7 @@
     python -m benchmarks.quant [--reuse]
 
 Runs the score_bench and speech_bench stages (their `run()` with params.yaml, the exported
-variants under ${paths.score_export} / ${paths.speech_export} must exist: run the export
+variants under ${paths.tracks.<track>.export} must exist: run the export
 stages first), or with `--reuse` reads the metrics they last wrote. Writes
 benchmarks/results/quant.json (per track and variant: the bench figures plus `size_ratio`,
 `speedup_vs_torch_fp32` and, for speech, `latency_vs_ctranslate2`; the targets and whether
@@ -44,9 +44,9 @@ def run_benches(params: Params) -> dict[str, dict[str, Any]]:
         params.score_bench,
         params.export,
         params.score_train.decode_max_tokens,
-        paths.score_data,
-        paths.score_model,
-        paths.score_export,
+        paths.track("score").data,
+        paths.track("score").model,
+        paths.track("score").export,
         paths.metrics / "score_bench.json",
     )
     speech = speech_bench(
@@ -54,9 +54,9 @@ def run_benches(params: Params) -> dict[str, dict[str, Any]]:
         params.speech_bench,
         params.export,
         params.speech_train.decode_max_tokens,
-        paths.speech_data,
-        paths.speech_model,
-        paths.speech_export,
+        paths.track("speech").data,
+        paths.track("speech").model,
+        paths.track("speech").export,
         paths.metrics / "speech_bench.json",
     )
     return {"score": score, "speech": speech}

@@ -59,15 +59,15 @@ def measure(track_name: str, params: Params, steps: int, opts: EngineOptions) ->
         cfg = params.score_train
         track = make_track(
             cfg,
-            params.paths.score_data,
-            params.paths.score_tokenizer,
+            params.paths.track("score").data,
+            params.paths.track("score").tokenizer,
             params.score_data.image_long_side,
         )[0]
     else:
         from sonfolio.speech.track import make_track
 
         cfg = params.speech_train
-        track = make_track(cfg, params.paths.speech_data, params.paths.speech_tokenizer)[0]
+        track = make_track(cfg, params.paths.track("speech").data, params.paths.track("speech").tokenizer)[0]
     total = steps + 2  # the engine leaves the first 2 steps out of the breakdown
     loop = cfg.model_copy(
         update={

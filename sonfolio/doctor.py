@@ -143,7 +143,7 @@ def _meta_model(track: str, params: Params) -> nn.Module:
     """
     from transformers import AutoFeatureExtractor, AutoTokenizer
 
-    folder = params.paths.score_tokenizer if track == "score" else params.paths.speech_tokenizer
+    folder = params.paths.track(track).tokenizer
     if not (folder / "tokenizer.json").is_file():
         raise FileNotFoundError(f"no tokenizer in {folder}: run `dvc repro {track}_tokenizer`")
     tok = AutoTokenizer.from_pretrained(str(folder))
@@ -252,7 +252,7 @@ def int8_models(params: Params, tracks: list[str], extra: list[Path]) -> list[di
     weight range and, where it loses accuracy on this CPU, the warning (also logged)."""
     folders = list(extra)
     for track in tracks:
-        export = getattr(params.paths, f"{track}_export")
+        export = params.paths.track(track).export
         if export.is_dir():
             folders += sorted(p for p in export.iterdir() if p.name.startswith("int8_"))
     found = []

@@ -286,13 +286,13 @@ def build_track(name: str, params: Params) -> tuple[Track, TrainLoop, EngineOpti
         from sonfolio.score.track import make_track
 
         cfg = params.score_train
-        _require(paths.score_data / "manifest.jsonl", "the score systems", "score_data")
-        _require(paths.score_tokenizer / "tokenizer.json", "the score tokenizer", "score_tokenizer")
+        _require(paths.track("score").data / "manifest.jsonl", "the score systems", "score_data")
+        _require(paths.track("score").tokenizer / "tokenizer.json", "the score tokenizer", "score_tokenizer")
         opts = params.engine_options(cfg.preset)
         check_size("score_train", cfg.model.size, backend)
         choose_precision(opts.precision, backend)
         track = make_track(
-            cfg, paths.score_data, paths.score_tokenizer, params.score_data.image_long_side
+            cfg, paths.track("score").data, paths.track("score").tokenizer, params.score_data.image_long_side
         )[0]
         return track, cfg, opts
     if name == "speech":
@@ -300,14 +300,14 @@ def build_track(name: str, params: Params) -> tuple[Track, TrainLoop, EngineOpti
         from sonfolio.speech.track import make_track as make_speech_track
 
         cfg = params.speech_train
-        _require(paths.speech_data / "manifest.jsonl", "the speech clips", "speech_data")
+        _require(paths.track("speech").data / "manifest.jsonl", "the speech clips", "speech_data")
         _require(
-            paths.speech_tokenizer / "tokenizer.json", "the speech tokenizer", "speech_tokenizer"
+            paths.track("speech").tokenizer / "tokenizer.json", "the speech tokenizer", "speech_tokenizer"
         )
         opts = params.engine_options(cfg.preset)
         check_speech_size("speech_train", cfg.model, backend)
         choose_precision(opts.precision, backend)
-        return make_speech_track(cfg, paths.speech_data, paths.speech_tokenizer)[0], cfg, opts
+        return make_speech_track(cfg, paths.track("speech").data, paths.track("speech").tokenizer)[0], cfg, opts
     raise ValueError(f"unknown track {name!r}: one of {TRACKS}")
 
 

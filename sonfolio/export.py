@@ -784,8 +784,8 @@ def stage_main(spec: TrackSpec) -> dict[str, Any]:
         spec,
         params.export,
         getattr(params, f"{track}_export"),
-        getattr(paths, f"{track}_model"),
-        getattr(paths, f"{track}_qat"),  # one QAT-trained model per scheme: int8/, int4/
-        getattr(paths, f"{track}_export"),
+        paths.track(track).model,
+        paths.track(track).qat,  # one QAT-trained model per scheme: int8/, int4/
+        paths.track(track).export,
         paths.metrics / f"{spec.export_stage}.json",
     )

@@ -4,8 +4,7 @@ A variant is a folder. Either a PyTorch folder (`save_pretrained`: config.json,
 model.safetensors, tokenizer, processor) or an ONNX folder in optimum's layout
 (encoder_model.onnx, decoder_model_merged.onnx or decoder_model.onnx +
 decoder_with_past_model.onnx, config.json, generation_config.json, tokenizer, processor), as
-written by the export stages under ${paths.score_export}/<variant>/ and
-${paths.speech_export}/<variant>/. The track comes from config.json: a
+written by the export stages under ${paths.tracks.<track>.export}/<variant>/. The track comes from config.json: a
 vision-encoder-decoder model reads scores, a whisper model hears speech.
 
 ONNX folders load with optimum's ORTModelForVision2Seq / ORTModelForSpeechSeq2Seq, on

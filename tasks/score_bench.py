@@ -2,8 +2,8 @@
 
 Run:    dvc repro score_bench      (or: python -m tasks.score_bench)
 Reads:  params.yaml (bench, score_bench, export.quantize, score_train.decode_max_tokens, paths),
-        ${paths.score_data}/ (test split), ${paths.score_model}/ (torch FP32),
-        ${paths.score_export}/<variant>/ (ONNX variants)
+        ${paths.track("score").data}/ (test split), ${paths.track("score").model}/ (torch FP32),
+        ${paths.track("score").export}/<variant>/ (ONNX variants)
 Writes: ${paths.metrics}/score_bench.json: per variant size, peak RSS, latency (encoder ms,
         decoder ms per token, end to end; p50, p95), throughput at batch 1 and batch N, symbol
         error rate (TER), its increase over torch FP32 and the gate status, and the conditions
@@ -134,9 +134,9 @@ def main() -> None:
         params.score_bench,
         params.export,
         params.score_train.decode_max_tokens,
-        paths.score_data,
-        paths.score_model,
-        paths.score_export,
+        paths.track("score").data,
+        paths.track("score").model,
+        paths.track("score").export,
         paths.metrics / f"{STAGE}.json",
     )
 

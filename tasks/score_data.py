@@ -2,7 +2,7 @@
 
 Run:    dvc repro score_data      (or: python -m tasks.score_data)
 Reads:  params.yaml (score_data, paths); music21's corpus or the configured folders/archives.
-Writes: ${paths.score_data}/images/<split>/NNNNNN.png, ${paths.score_data}/manifest.jsonl
+Writes: ${paths.track("score").data}/images/<split>/NNNNNN.png, ${paths.track("score").data}/manifest.jsonl
         (image, text, piece, collection, split), ${paths.metrics}/score_data.json (stats).
 
 A source file that cannot be parsed is skipped and counted by reason; past
@@ -128,7 +128,7 @@ def main() -> None:
     params = load_params()
     paths = params.paths
     run(
-        params.score_data, paths.download_cache, paths.score_data, paths.metrics / "score_data.json"
+        params.score_data, paths.download_cache, paths.track("score").data, paths.metrics / "score_data.json"
     )
 
 

@@ -2,11 +2,11 @@
 rates, exact matches, errors by kind, compile rate, and side-by-side images.
 
 Run:    dvc repro score_eval      (or: python -m tasks.score_eval)
-Reads:  params.yaml (score_eval, score_data.lilypond, paths), ${paths.score_data}/ (manifest,
-        images), ${paths.score_model}/ (the FP32 model: the reference) and every variant folder
-        under ${paths.score_export}/ that exists (sonfolio.variants.discover)
-Writes: ${paths.score_eval}/samples/<variant>/<split>/ (predictions.jsonl; worst_NN.png and
-        random_NN.png: input, prediction render, truth render), ${paths.score_eval}/quality.csv
+Reads:  params.yaml (score_eval, score_data.lilypond, paths), ${paths.track("score").data}/ (manifest,
+        images), ${paths.track("score").model}/ (the FP32 model: the reference) and every variant folder
+        under ${paths.track("score").export}/ that exists (sonfolio.variants.discover)
+Writes: ${paths.track("score").eval}/samples/<variant>/<split>/ (predictions.jsonl; worst_NN.png and
+        random_NN.png: input, prediction render, truth render), ${paths.track("score").eval}/quality.csv
         (dvc plots), ${paths.metrics}/score_eval.json (per variant and split, with each
         variant's difference from the reference)
 
@@ -247,9 +247,9 @@ def main() -> None:
     paths = params.paths
     run(
         params.score_eval,
-        paths.score_data,
-        variants.discover(paths.score_model, paths.score_export),
-        paths.score_eval,
+        paths.track("score").data,
+        variants.discover(paths.track("score").model, paths.track("score").export),
+        paths.track("score").eval,
         paths.metrics / f"{STAGE}.json",
         find_lilypond(params.score_data.lilypond),
     )

@@ -1,13 +1,13 @@
 """Stage score_export: the score model as ONNX variants that optimum's ORTModel loads as is.
 
 Run:    dvc repro score_export      (or: python -m tasks.score_export)
-Reads:  params.yaml (export, score_export, paths), ${paths.score_model}/ (the FP32 model)
-Writes: ${paths.score_export}/{fp32,int8_ptq,int4_ptq}/ (encoder_model.onnx,
+Reads:  params.yaml (export, score_export, paths), ${paths.track("score").model}/ (the FP32 model)
+Writes: ${paths.track("score").export}/{fp32,int8_ptq,int4_ptq}/ (encoder_model.onnx,
         decoder_model_merged.onnx, configs, tokenizer, image processor, README.md model card),
         ${paths.metrics}/score_export.json (per variant: bytes per file and total, size ratio
         to FP32, FP32 MatMul weights left)
 
-The QAT variants (int8_qat, int4_qat) come from ${paths.score_qat}/int8/ and int4/, the
+The QAT variants (int8_qat, int4_qat) come from ${paths.track("score").qat}/int8/ and int4/, the
 score_qat stage's models (docs/export.md).
 """
 

@@ -3,8 +3,8 @@
 Run:    dvc repro score_qat      (or: python -m tasks.score_qat)
 Reads:  params.yaml (score_qat, score_train, train_engine, train_presets,
         score_data.image_long_side, export.int8_weight_bits, paths),
-        ${paths.score_model}/ (the FP32 model), ${paths.score_data}/, ${paths.score_tokenizer}/
-Writes: ${paths.score_qat}/<scheme>/ (int8/, int4/: VisionEncoderDecoderModel.save_pretrained
+        ${paths.track("score").model}/ (the FP32 model), ${paths.track("score").data}/, ${paths.track("score").tokenizer}/
+Writes: ${paths.track("score").qat}/<scheme>/ (int8/, int4/: VisionEncoderDecoderModel.save_pretrained
         with the QAT-trained weights, fake quantization stripped, + tokenizer + image
         processor), ${paths.metrics}/score_qat.json, ${paths.live}/score_qat/<scheme>/;
         resumable checkpoints under ${paths.checkpoints}/score_qat/ (removed on success)
@@ -29,8 +29,8 @@ def main() -> None:
     params = load_params()
     paths, cfg = params.paths, params.score_qat
     data, tokenizer, width = (
-        paths.score_data,
-        paths.score_tokenizer,
+        paths.track("score").data,
+        paths.track("score").tokenizer,
         params.score_data.image_long_side,
     )
     qat.run_stage(
@@ -38,10 +38,10 @@ def main() -> None:
         cfg,
         params.engine_options(cfg.preset),
         load_trained,
-        paths.score_model,
+        paths.track("score").model,
         lambda m: make_track(params.score_train, data, tokenizer, width, model=m, name=STAGE)[0],
         [data / "manifest.jsonl", *sorted(tokenizer.glob("*.json"))],
-        paths.score_qat,
+        paths.track("score").qat,
         paths.metrics / "score_qat.json",
         paths.checkpoints,
         paths.live / STAGE,

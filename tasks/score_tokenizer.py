@@ -1,8 +1,8 @@
 """Stage score_tokenizer: a BPE over canonical LilyPond, trained on the train split only.
 
 Run:    dvc repro score_tokenizer      (or: python -m tasks.score_tokenizer)
-Reads:  params.yaml (score_tokenizer, paths), ${paths.score_data}/manifest.jsonl
-Writes: ${paths.score_tokenizer}/ (loads with transformers.AutoTokenizer /
+Reads:  params.yaml (score_tokenizer, paths), ${paths.track("score").data}/manifest.jsonl
+Writes: ${paths.track("score").tokenizer}/ (loads with transformers.AutoTokenizer /
         PreTrainedTokenizerFast), ${paths.metrics}/score_tokenizer.json
 
 The stage fails if any manifest text (any split) does not decode back to itself exactly.
@@ -62,8 +62,8 @@ def main() -> None:
     paths = params.paths
     run(
         params.score_tokenizer,
-        paths.score_data / "manifest.jsonl",
-        paths.score_tokenizer,
+        paths.track("score").data / "manifest.jsonl",
+        paths.track("score").tokenizer,
         paths.metrics / "score_tokenizer.json",
     )
 

@@ -3,8 +3,8 @@
 Run:    dvc repro score_train      (or: python -m tasks.score_train; on several GPUs:
         accelerate launch --multi_gpu --num_processes 4 -m tasks.score_train)
 Reads:  params.yaml (score_train, train_engine, train_presets, score_data.image_long_side,
-        paths), ${paths.score_data}/ (manifest.jsonl, images), ${paths.score_tokenizer}/
-Writes: ${paths.score_model}/ (VisionEncoderDecoderModel.save_pretrained, ctc_head.safetensors
+        paths), ${paths.track("score").data}/ (manifest.jsonl, images), ${paths.track("score").tokenizer}/
+Writes: ${paths.track("score").model}/ (VisionEncoderDecoderModel.save_pretrained, ctc_head.safetensors
         with decode: ctc, tokenizer, image processor), ${paths.metrics}/score_train.json,
         ${paths.live}/score_train/ (curves);
         resumable checkpoints under ${paths.checkpoints}/score_train/ (removed on success)
@@ -118,10 +118,10 @@ def main() -> None:
     run(
         cfg,
         params.engine_options(cfg.preset),
-        paths.score_data,
-        paths.score_tokenizer,
+        paths.track("score").data,
+        paths.track("score").tokenizer,
         params.score_data.image_long_side,
-        paths.score_model,
+        paths.track("score").model,
         paths.metrics / "score_train.json",
         paths.checkpoints,
         paths.live / STAGE,

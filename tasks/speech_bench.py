@@ -2,8 +2,8 @@
 
 Run:    dvc repro speech_bench      (or: python -m tasks.speech_bench)
 Reads:  params.yaml (bench, speech_bench, export.quantize, speech_train.decode_max_tokens,
-        paths), ${paths.speech_data}/ (test split), ${paths.speech_model}/ (torch FP32),
-        ${paths.speech_export}/<variant>/ (ONNX variants)
+        paths), ${paths.track("speech").data}/ (test split), ${paths.track("speech").model}/ (torch FP32),
+        ${paths.track("speech").export}/<variant>/ (ONNX variants)
 Writes: ${paths.metrics}/speech_bench.json: per variant size, peak RSS, latency (encoder ms,
         decoder ms per token, end to end; p50, p95), throughput at batch 1 and batch N, WER and
         CER (normalised text), the WER increase over torch FP32 and the gate status,
@@ -113,9 +113,9 @@ def main() -> None:
         params.speech_bench,
         params.export,
         params.speech_train.decode_max_tokens,
-        paths.speech_data,
-        paths.speech_model,
-        paths.speech_export,
+        paths.track("speech").data,
+        paths.track("speech").model,
+        paths.track("speech").export,
         paths.metrics / f"{STAGE}.json",
     )
 

@@ -1,10 +1,10 @@
 """Stage speech_data: French speech clips (16 kHz mono WAV) and their transcripts.
 
 Run:    dvc repro speech_data      (or: python -m tasks.speech_data)
-Reads:  params.yaml (speech_data, paths.speech_data, paths.metrics). With source: synthetic
+Reads:  params.yaml (speech_data, paths.track("speech").data, paths.metrics). With source: synthetic
         (the default, offline) nothing else: sentences are generated and spoken by espeak-ng.
         With source: hub, the corpus speech_data.hub.name (a hub id or a local folder).
-Writes: ${paths.speech_data}/audio/<split>/NNNNNN.wav, ${paths.speech_data}/manifest.jsonl
+Writes: ${paths.track("speech").data}/audio/<split>/NNNNNN.wav, ${paths.track("speech").data}/manifest.jsonl
         (audio, text, text_norm, duration, speaker, split), ${paths.metrics}/speech_data.json
         (utterances, hours and speakers per split, skipped clips by reason).
 
@@ -67,7 +67,7 @@ def main() -> None:
     setup_logging()
     params = load_params()
     paths = params.paths
-    run(params.speech_data, paths.speech_data, paths.metrics / "speech_data.json")
+    run(params.speech_data, paths.track("speech").data, paths.metrics / "speech_data.json")
 
 
 if __name__ == "__main__":

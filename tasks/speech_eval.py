@@ -3,11 +3,11 @@
 and the worst transcriptions with their audio paths.
 
 Run:    dvc repro speech_eval      (or: python -m tasks.speech_eval)
-Reads:  params.yaml (speech_eval, paths), ${paths.speech_data}/ (manifest, audio),
-        ${paths.speech_model}/ (the FP32 model: the reference) and every variant folder under
-        ${paths.speech_export}/ that exists (sonfolio.variants.discover)
-Writes: ${paths.speech_eval}/samples/<variant>/<split>/predictions.jsonl and worst.json,
-        ${paths.speech_eval}/quality.csv (dvc plots), ${paths.metrics}/speech_eval.json (per
+Reads:  params.yaml (speech_eval, paths), ${paths.track("speech").data}/ (manifest, audio),
+        ${paths.track("speech").model}/ (the FP32 model: the reference) and every variant folder under
+        ${paths.track("speech").export}/ that exists (sonfolio.variants.discover)
+Writes: ${paths.track("speech").eval}/samples/<variant>/<split>/predictions.jsonl and worst.json,
+        ${paths.track("speech").eval}/quality.csv (dvc plots), ${paths.metrics}/speech_eval.json (per
         variant, split and voice, with each variant's difference from the reference)
 
 Both sides are normalised first (sonfolio.speech.normalize, docs/speech.md); definitions and
@@ -173,9 +173,9 @@ def main() -> None:
     paths = params.paths
     run(
         params.speech_eval,
-        paths.speech_data,
-        variants.discover(paths.speech_model, paths.speech_export),
-        paths.speech_eval,
+        paths.track("speech").data,
+        variants.discover(paths.track("speech").model, paths.track("speech").export),
+        paths.track("speech").eval,
         paths.metrics / f"{STAGE}.json",
     )
 

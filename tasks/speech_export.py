@@ -1,13 +1,13 @@
 """Stage speech_export: the speech model as ONNX variants that optimum's ORTModel loads as is.
 
 Run:    dvc repro speech_export      (or: python -m tasks.speech_export)
-Reads:  params.yaml (export, speech_export, paths), ${paths.speech_model}/ (the FP32 model)
-Writes: ${paths.speech_export}/{fp32,int8_ptq,int4_ptq}/ (encoder_model.onnx,
+Reads:  params.yaml (export, speech_export, paths), ${paths.track("speech").model}/ (the FP32 model)
+Writes: ${paths.track("speech").export}/{fp32,int8_ptq,int4_ptq}/ (encoder_model.onnx,
         decoder_model_merged.onnx, configs, tokenizer, feature extractor, README.md model card),
         ${paths.metrics}/speech_export.json (per variant: bytes per file and total, size ratio
         to FP32, FP32 MatMul weights left)
 
-The QAT variants (int8_qat, int4_qat) come from ${paths.speech_qat}/int8/ and int4/, the
+The QAT variants (int8_qat, int4_qat) come from ${paths.track("speech").qat}/int8/ and int4/, the
 speech_qat stage's models (docs/export.md).
 """
 

@@ -3,9 +3,9 @@
 Run:    dvc repro speech_qat      (or: python -m tasks.speech_qat)
 Reads:  params.yaml (speech_qat, speech_train, train_engine, train_presets,
         export.int8_weight_bits, paths),
-        ${paths.speech_model}/ (the FP32 model), ${paths.speech_data}/,
-        ${paths.speech_tokenizer}/
-Writes: ${paths.speech_qat}/<scheme>/ (int8/, int4/: WhisperForConditionalGeneration
+        ${paths.track("speech").model}/ (the FP32 model), ${paths.track("speech").data}/,
+        ${paths.track("speech").tokenizer}/
+Writes: ${paths.track("speech").qat}/<scheme>/ (int8/, int4/: WhisperForConditionalGeneration
         .save_pretrained with the QAT-trained weights, fake quantization stripped, + tokenizer
         + feature extractor), ${paths.metrics}/speech_qat.json,
         ${paths.live}/speech_qat/<scheme>/; resumable checkpoints under
@@ -31,16 +31,16 @@ def main() -> None:
     setup_logging()
     params = load_params()
     paths, cfg = params.paths, params.speech_qat
-    data, processor = paths.speech_data, paths.speech_tokenizer
+    data, processor = paths.track("speech").data, paths.track("speech").tokenizer
     qat.run_stage(
         STAGE,
         cfg,
         params.engine_options(cfg.preset),
         lambda folder: WhisperForConditionalGeneration.from_pretrained(str(folder)),
-        paths.speech_model,
+        paths.track("speech").model,
         lambda m: make_track(params.speech_train, data, processor, model=m, name=STAGE)[0],
         [data / "manifest.jsonl", *sorted(processor.glob("*.json"))],
-        paths.speech_qat,
+        paths.track("speech").qat,
         paths.metrics / "speech_qat.json",
         paths.checkpoints,
         paths.live / STAGE,

@@ -1,10 +1,10 @@
 """Stage speech_tokenizer: the tokenizer and feature extractor of the speech model.
 
 Run:    dvc repro speech_tokenizer      (or: python -m tasks.speech_tokenizer)
-Reads:  params.yaml (speech_tokenizer, paths.speech_tokenizer, paths.metrics),
-        ${paths.speech_data}/manifest.jsonl; the base model when speech_tokenizer.base_model
+Reads:  params.yaml (speech_tokenizer, paths.track("speech").tokenizer, paths.metrics),
+        ${paths.track("speech").data}/manifest.jsonl; the base model when speech_tokenizer.base_model
         is set (a hub id, or a local folder).
-Writes: ${paths.speech_tokenizer}/ (loads with transformers' AutoTokenizer and
+Writes: ${paths.track("speech").tokenizer}/ (loads with transformers' AutoTokenizer and
         AutoFeatureExtractor), ${paths.metrics}/speech_tokenizer.json
 
 With base_model: null (training from scratch) a BPE is trained on the train transcripts and the
@@ -106,8 +106,8 @@ def main() -> None:
     paths = params.paths
     run(
         params.speech_tokenizer,
-        paths.speech_data / "manifest.jsonl",
-        paths.speech_tokenizer,
+        paths.track("speech").data / "manifest.jsonl",
+        paths.track("speech").tokenizer,
         paths.metrics / "speech_tokenizer.json",
     )
 

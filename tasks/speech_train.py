@@ -3,8 +3,8 @@
 Run:    dvc repro speech_train      (or: python -m tasks.speech_train; on several GPUs:
         accelerate launch --multi_gpu --num_processes 4 -m tasks.speech_train)
 Reads:  params.yaml (speech_train, train_engine, train_presets, paths),
-        ${paths.speech_data}/ (manifest.jsonl, audio), ${paths.speech_tokenizer}/
-Writes: ${paths.speech_model}/ (WhisperForConditionalGeneration.save_pretrained + tokenizer +
+        ${paths.track("speech").data}/ (manifest.jsonl, audio), ${paths.track("speech").tokenizer}/
+Writes: ${paths.track("speech").model}/ (WhisperForConditionalGeneration.save_pretrained + tokenizer +
         feature extractor), ${paths.metrics}/speech_train.json, ${paths.live}/speech_train/;
         resumable checkpoints under ${paths.checkpoints}/speech_train/ (removed on success)
 
@@ -123,9 +123,9 @@ def main() -> None:
     run(
         cfg,
         params.engine_options(cfg.preset),
-        paths.speech_data,
-        paths.speech_tokenizer,
-        paths.speech_model,
+        paths.track("speech").data,
+        paths.track("speech").tokenizer,
+        paths.track("speech").model,
         paths.metrics / "speech_train.json",
         paths.checkpoints,
         paths.live / STAGE,

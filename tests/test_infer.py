@@ -187,9 +187,7 @@ def test_an_empty_image_has_no_systems_and_says_so(files, capsys):
 
 
 def test_the_default_model_is_the_exported_variant_else_fp32(params, tmp_path):
-    paths = params.paths.model_copy(
-        update={"score_export": tmp_path / "onnx", "score_model": tmp_path / "fp32"}
-    )
+    paths = params.paths.with_track("score", export=tmp_path / "onnx", model=tmp_path / "fp32")
     folder, why = default_model("score", paths, "int8_ptq")
     assert folder == tmp_path / "fp32" and "onnx/int8_ptq is absent" in why
     (tmp_path / "onnx" / "int8_ptq").mkdir(parents=True)

@@ -271,7 +271,7 @@ def test_report_of_this_repository_resolves(tmp_path, params):
     src = Sources(
         metrics=ROOT / paths.metrics,
         live=ROOT / paths.live,
-        evals={"score": ROOT / paths.score_eval, "speech": ROOT / paths.speech_eval},
+        evals={"score": ROOT / paths.track("score").eval, "speech": ROOT / paths.track("speech").eval},
         root=ROOT,
     )
     out = tmp_path / "reports"

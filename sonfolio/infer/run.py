@@ -39,11 +39,7 @@ class ModelUnavailable(ValueError):
 
 def default_model(track: str, paths: Paths, variant: str) -> tuple[Path, str]:
     """The folder a command loads when none is given, and why that one."""
-    export, fp32 = (
-        (paths.score_export, paths.score_model)
-        if track == "score"
-        else (paths.speech_export, paths.speech_model)
-    )
+    export, fp32 = paths.track(track).export, paths.track(track).model
     if (export / variant).is_dir():
         return export / variant, f"the {variant} ONNX variant (infer.variant)"
     return fp32, f"the FP32 model: {export / variant} is absent (run the export stage for it)"
