@@ -1,4 +1,5 @@
-"""Benchmark the score_data stage: systems/s end to end, and a no-op `dvc repro`.
+"""Benchmark the score track's data stage (data@score): systems/s end to end, and a no-op
+`dvc repro`.
 
     python -m benchmarks.score_data [--pieces 120]
 
@@ -25,9 +26,10 @@ from pathlib import Path
 from rich.table import Table
 
 from benchmarks import console
+from sonfolio import tracks
 from sonfolio.config import ScoreData, load_params
 from sonfolio.io import write_json
-from tasks.score_data import run
+from tasks.data import run
 
 RESULTS = Path("benchmarks/results/score_data.json")
 
@@ -48,7 +50,11 @@ def systems_per_s(cfg: ScoreData, cache: Path, workers: int, pieces: int) -> dic
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
         stats = run(
-            bench_cfg(cfg, pieces, workers), cache, Path(tmp) / "out", Path(tmp) / "stats.json"
+            bench_cfg(cfg, pieces, workers),
+            tracks.get("score"),
+            cache,
+            Path(tmp) / "out",
+            Path(tmp) / "stats.json",
         )
         elapsed = time.perf_counter() - start
     systems = sum(stats["systems"].values())

@@ -24,6 +24,7 @@ import numpy as np
 from rich.table import Table
 
 from benchmarks import console
+from sonfolio import tracks
 from sonfolio.config import SpeechData, load_params
 from sonfolio.io import write_json
 from sonfolio.parallel import worker_count
@@ -31,7 +32,7 @@ from sonfolio.speech.audio import add_noise, from_pcm16, resample, to_pcm16, wri
 from sonfolio.speech.espeak import Synthesizer
 from sonfolio.speech.normalize import spell_numbers
 from sonfolio.speech.synthetic import plan
-from tasks.speech_data import run
+from tasks.data import run
 
 RESULTS = Path("benchmarks/results/speech_data.json")
 TARGET_PER_S = 100  # on 2 cores
@@ -43,6 +44,8 @@ def utterances_per_s(cfg: SpeechData, utterances: int, workers: int) -> dict[str
         start = time.perf_counter()
         stats = run(
             cfg.model_copy(update={"synthetic": syn, "workers": workers}),
+            tracks.get("speech"),
+            Path(tmp) / "downloads",
             Path(tmp) / "out",
             Path(tmp) / "stats.json",
         )

@@ -145,7 +145,7 @@ def _meta_model(track: str, params: Params) -> nn.Module:
 
     folder = params.paths.track(track).tokenizer
     if not (folder / "tokenizer.json").is_file():
-        raise FileNotFoundError(f"no tokenizer in {folder}: run `dvc repro {track}_tokenizer`")
+        raise FileNotFoundError(f"no tokenizer in {folder}: run `dvc repro tokenizer@{track}`")
     tok = AutoTokenizer.from_pretrained(str(folder))
     with torch.device("meta"):
         if track == "score":

@@ -286,8 +286,12 @@ def build_track(name: str, params: Params) -> tuple[Track, TrainLoop, EngineOpti
         from sonfolio.score.track import make_track
 
         cfg = params.score_train
-        _require(paths.track("score").data / "manifest.jsonl", "the score systems", "score_data")
-        _require(paths.track("score").tokenizer / "tokenizer.json", "the score tokenizer", "score_tokenizer")
+        _require(paths.track("score").data / "manifest.jsonl", "the score systems", "data@score")
+        _require(
+            paths.track("score").tokenizer / "tokenizer.json",
+            "the score tokenizer",
+            "tokenizer@score",
+        )
         opts = params.engine_options(cfg.preset)
         check_size("score_train", cfg.model.size, backend)
         choose_precision(opts.precision, backend)
@@ -300,9 +304,11 @@ def build_track(name: str, params: Params) -> tuple[Track, TrainLoop, EngineOpti
         from sonfolio.speech.track import make_track as make_speech_track
 
         cfg = params.speech_train
-        _require(paths.track("speech").data / "manifest.jsonl", "the speech clips", "speech_data")
+        _require(paths.track("speech").data / "manifest.jsonl", "the speech clips", "data@speech")
         _require(
-            paths.track("speech").tokenizer / "tokenizer.json", "the speech tokenizer", "speech_tokenizer"
+            paths.track("speech").tokenizer / "tokenizer.json",
+            "the speech tokenizer",
+            "tokenizer@speech",
         )
         opts = params.engine_options(cfg.preset)
         check_speech_size("speech_train", cfg.model, backend)

@@ -55,7 +55,9 @@ def make_track(
         for split in ("train", "val", *EVAL_SPLITS)
     }
     if not len(sets["train"]) or not len(sets["val"]):
-        raise ValueError(f"{data}/manifest.jsonl needs train and val rows: rerun score_data")
+        raise ValueError(
+            f"{data}/manifest.jsonl needs train and val rows: rerun `dvc repro data@score`"
+        )
     train_set = sets["train"]
     longest = train_set[train_set.longest()]
     mean_tokens = sum(map(len, train_set.labels)) / len(train_set)

@@ -44,7 +44,7 @@ def test_doctor_on_cpu_says_fp32_with_its_reason_and_measures_a_matmul(
     assert score["micro_batch"].startswith(f"{params.score_train.effective_batch} x 1")
     assert score["compile"].startswith("off")
     # a track whose tokenizer stage has not run: doctor says which stage to run, not a crash
-    assert "speech_tokenizer" in report["tracks"]["speech"]["attention"]
+    assert "dvc repro tokenizer@speech" in report["tracks"]["speech"]["attention"]
 
 
 @CPU_ONLY

@@ -141,14 +141,14 @@ def _missing(params, track, **paths):
 
 
 def test_missing_inputs_name_the_stage_to_run(params, score_data, tmp_path):
-    with pytest.raises(MissingInput, match="score_data"):
+    with pytest.raises(MissingInput, match="data@score"):
         build_track("score", _missing(params, "score", data=tmp_path / "none"))
-    with pytest.raises(MissingInput, match="score_tokenizer"):
+    with pytest.raises(MissingInput, match="tokenizer@score"):
         build_track(
             "score",
             _missing(params, "score", data=score_data, tokenizer=tmp_path / "none"),
         )
-    with pytest.raises(MissingInput, match="speech_data"):
+    with pytest.raises(MissingInput, match="data@speech"):
         build_track("speech", _missing(params, "speech", data=tmp_path / "none"))
 
 
@@ -184,7 +184,7 @@ def test_estimate_command_fails_naming_the_stage(tmp_path, capsys):
     raw["paths"]["tracks"]["score"]["data"] = str(tmp_path / "none")
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
     assert main(["estimate", "--params", str(tmp_path / "params.yaml"), "--track", "score"]) == 2
-    assert "dvc repro score_data" in capsys.readouterr().err
+    assert "dvc repro data@score" in capsys.readouterr().err
     assert main(["estimate", "--steps", "0"]) == 2
     assert "--steps = 0" in capsys.readouterr().err
 
