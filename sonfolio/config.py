@@ -428,7 +428,7 @@ class SpeechBench(Strict):
 
 
 class ScoreEval(Strict):
-    """Stage score_eval: every variant on the same systems (docs/evaluation.md)."""
+    """Stage eval@score: every variant on the same systems (docs/evaluation.md)."""
 
     splits: Annotated[list[Literal["val", "test", "heldout"]], Field(min_length=1)]
     max_samples: Positive | None  # per split, a seeded random subset; null: all
@@ -444,7 +444,7 @@ class ScoreEval(Strict):
 
 
 class SpeechEval(Strict):
-    """Stage speech_eval: every variant on the same clips (docs/evaluation.md)."""
+    """Stage eval@speech: every variant on the same clips (docs/evaluation.md)."""
 
     splits: Annotated[list[Literal["train", "val", "test"]], Field(min_length=1)]
     max_samples: Positive | None  # per split, a seeded random subset; null: all

@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from sonfolio import tracks
 from sonfolio.config import Report
 
 log = logging.getLogger(__name__)
@@ -149,6 +150,15 @@ def usd(x: float | None) -> str:
 
 def missing(path: Path, stage: str) -> Missing:
     return Missing(f"{path.as_posix()} (stage {stage})", f"dvc repro {stage}")
+
+
+# Steps written once for every track in dvc.yaml (foreach): their stages are <step>@<track>.
+FOREACH_STEPS = {"eval", "estimate"}
+
+
+def stage_name(track: str, step: str) -> str:
+    """The dvc.yaml stage that runs `step` for `track`: what `dvc repro` takes."""
+    return f"{step}@{track}" if step in FOREACH_STEPS else f"{track}_{step}"
 
 
 def mb(n_bytes: int | None) -> str:
@@ -365,13 +375,13 @@ def predictions_by_sample(path: Path) -> dict[str, dict[str, Any]]:
     return {r["sample"]: r for r in rows if r.get("sample")}
 
 
-def score_gallery(folder: Path, variant: str, split: str, out: Path, n: int) -> Gallery:
+def score_gallery(folder: Path, track: str, variant: str, split: str, out: Path, n: int) -> Gallery:
     """The eval stage's side-by-side PNGs (input, prediction render, truth render), copied."""
     preds = predictions_by_sample(folder / "predictions.jsonl")
     figures = []
     for kind in ("worst", "random"):
         for png in sorted(folder.glob(f"{kind}_*.png"))[:n]:
-            rel = f"assets/samples/score/{variant}/{split}/{png.name}"
+            rel = f"assets/samples/{track}/{variant}/{split}/{png.name}"
             (out / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(png, out / rel)
             p = preds.get(png.stem, {})
@@ -401,10 +411,43 @@ def speech_worst(
     )
 
 
+def image_samples(
+    spec: TrackSpec,
+    split_metrics: dict,
+    variant: str,
+    split: str,
+    src: Sources,
+    out: Path,
+    cfg: Report,
+) -> Item:
+    """The side-by-side images the eval wrote under samples/<variant>/<split>/."""
+    folder = src.evals[spec.name] / "samples" / variant / split
+    if not folder.is_dir():
+        return missing(folder, stage_name(spec.name, "eval"))
+    return score_gallery(folder, spec.name, variant, split, out, cfg.score_samples)
+
+
+def clip_samples(
+    spec: TrackSpec,
+    split_metrics: dict,
+    variant: str,
+    split: str,
+    src: Sources,
+    out: Path,
+    cfg: Report,
+) -> Item:
+    """The worst clips the eval named in its metrics, with their audio."""
+    return speech_worst(split_metrics, variant, split, src, out, cfg.speech_worst)
+
+
+# How a track's eval samples are shown: its definition's `eval_samples` names the view.
+SAMPLE_VIEWS = {"images": image_samples, "clips": clip_samples}
+
+
 def eval_section(spec: TrackSpec, src: Sources, out: Path, cfg: Report) -> Section:
-    stage = f"{spec.name}_eval"
+    stage = stage_name(spec.name, "eval")
     section = Section("Quality per variant (evaluation)")
-    path = src.metrics / f"{stage}.json"
+    path = src.metrics / f"{spec.name}_eval.json"
     ev = read_json(path)
     if ev is None or not ev.get("variants"):
         section.items.append(missing(path, stage))
@@ -414,15 +457,9 @@ def eval_section(spec: TrackSpec, src: Sources, out: Path, cfg: Report) -> Secti
     quality_plot(spec, ev, out / name, cfg.dpi)
     section.items.append(Figure(name, f"{spec.quality[0].upper()} per variant and split"))
     variant = sample_variant(ev, cfg)
+    show = SAMPLE_VIEWS[tracks.get(spec.name).eval_samples]
     for split, s in ev["variants"][variant].get("splits", {}).items():
-        if spec.name == "score":
-            folder = src.evals["score"] / "samples" / variant / split
-            if folder.is_dir():
-                section.items.append(score_gallery(folder, variant, split, out, cfg.score_samples))
-            else:
-                section.items.append(missing(folder, stage))
-        else:
-            section.items.append(speech_worst(s, variant, split, src, out, cfg.speech_worst))
+        section.items.append(show(spec, s, variant, split, src, out, cfg))
     return section
 
 
@@ -570,7 +607,7 @@ def qat_section(spec: TrackSpec, src: Sources) -> Section:
     data = {s: read_json(p) for s, p in paths.items()}
     for s, d in data.items():
         if d is None:
-            section.items.append(missing(paths[s], f"{spec.name}_{s}"))
+            section.items.append(missing(paths[s], stage_name(spec.name, s)))
     key = spec.quality[0]
     ev = (data["eval"] or {}).get("variants", {})
     bench = (data["bench"] or {}).get("variants", {})
@@ -619,7 +656,7 @@ def cost_section(src: Sources) -> Section:
         path = src.metrics / f"estimate_{spec.name}.json"
         est = read_json(path)
         if est is None:
-            section.items.append(missing(path, f"estimate@{spec.name}"))
+            section.items.append(missing(path, stage_name(spec.name, "estimate")))
             continue
         section.items += cost_tables(est, path)
     return section

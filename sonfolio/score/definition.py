@@ -65,5 +65,34 @@ class ScoreTrack:
 
     # --- eval ---
 
+    # Compared with the reference variant (delta_<key>; a positive ser delta is a loss) and
+    # written to quality.csv, with eval_csv_extra, for `dvc plots`.
+    eval_delta_keys = ("ser", "cer", "exact_match", "compile_rate")
+    eval_csv_extra = "clean_compile_rate"
+    # How the report shows a variant's samples (sonfolio.report.SAMPLE_VIEWS): the side-by-side
+    # images the eval writes.
+    eval_samples = "images"
+
+    def eval_tool(self, params):
+        """The LilyPond binary (a Path) every prediction is compiled with: score_data.lilypond,
+        the one the data stage renders with."""
+        from sonfolio.score.lilypond import find_lilypond
+
+        return find_lilypond(params.score_data.lilypond)
+
+    def eval_inputs(self, variant, rows, data):
+        """(B, 1, H, W) pixels of `rows`' images under `data`, ink = 1, for `variant`."""
+        from sonfolio.score.evaluate import inputs
+
+        return inputs(variant, rows, data)
+
+    def eval_scorer(self, cfg, data, tool, work):
+        """Scores each variant's systems (SER, CER, errors by kind, compile rate) and writes
+        side-by-side images (input, prediction render, truth render); `tool` is eval_tool's
+        LilyPond, `work` a scratch folder for renders."""
+        from sonfolio.score.evaluate import Scorer
+
+        return Scorer(cfg, data, tool, work)
+
 
 TRACK = ScoreTrack()

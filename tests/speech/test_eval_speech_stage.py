@@ -1,4 +1,4 @@
-"""Stage speech_eval end to end on a tiny trained Whisper and its ONNX export, on clips made by
+"""Stage eval@speech end to end on a tiny trained Whisper and its ONNX export, on clips made by
 the real speech_data stage: WER/CER per variant, split and voice, worst examples with audio."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from eval_tiny import export, save_speech
 from sonfolio.config import Params
 from sonfolio.io import read_jsonl
 from sonfolio.speech.audio import decode
-from tasks.speech_eval import run
+from sonfolio.speech.definition import TRACK
+from tasks.eval import run
 
 PER_SPLIT = 4
 
@@ -50,7 +51,7 @@ def evaluated(params: Params, speech_dataset: Path, tmp_path_factory: pytest.Tem
         }
     )
     out = root / "eval"
-    metrics = run(cfg, speech_dataset, [torch_dir, onnx_dir], out, root / "metrics.json")
+    metrics = run(cfg, TRACK, speech_dataset, [torch_dir, onnx_dir], out, root / "metrics.json")
     return metrics, out, root, rows
 
 
