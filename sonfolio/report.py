@@ -534,8 +534,8 @@ def export_table(export: dict[str, Any]) -> Table:
 
 def bench_section(spec: TrackSpec, src: Sources, out: Path, cfg: Report) -> Section:
     section = Section("Size and latency per variant")
-    stage, export_stage = f"{spec.name}_bench", f"{spec.name}_export"
-    bench_path = src.metrics / f"{stage}.json"
+    stage, export_stage = f"bench@{spec.name}", f"export@{spec.name}"
+    bench_path = src.metrics / f"{spec.name}_bench.json"
     bench = read_json(bench_path)
     rows = latency_rows(spec, bench)
     write_latency_csv(rows, out / f"{spec.name}_latency.csv")
@@ -555,7 +555,7 @@ def bench_section(spec: TrackSpec, src: Sources, out: Path, cfg: Report) -> Sect
             whiskers={"p50": [r["e2e_ms_p95"] for r in rows]},
         )
         section.items.append(Figure(name, f"Latency per variant ({spec.name}_latency.csv)"))
-    export_path = src.metrics / f"{export_stage}.json"
+    export_path = src.metrics / f"{spec.name}_export.json"
     export = read_json(export_path)
     section.items.append(export_table(export) if export else missing(export_path, export_stage))
     return section
@@ -567,10 +567,12 @@ def qat_section(spec: TrackSpec, src: Sources) -> Section:
     training, measured by the eval (quality), the bench (latency) and the QAT stage itself."""
     section = Section("QAT vs PTQ (int8, int4)")
     paths = {s: src.metrics / f"{spec.name}_{s}.json" for s in ("qat", "eval", "bench")}
+    # the stage that writes each (bench runs per track: bench@score)
+    stages = {"qat": f"{spec.name}_qat", "eval": f"{spec.name}_eval", "bench": f"bench@{spec.name}"}
     data = {s: read_json(p) for s, p in paths.items()}
     for s, d in data.items():
         if d is None:
-            section.items.append(missing(paths[s], f"{spec.name}_{s}"))
+            section.items.append(missing(paths[s], stages[s]))
     key = spec.quality[0]
     ev = (data["eval"] or {}).get("variants", {})
     bench = (data["bench"] or {}).get("variants", {})
@@ -708,12 +710,12 @@ def conditions_section(src: Sources) -> Section:
             versions = ", ".join(f"{k} {v}" for k, v in c.get("versions", {}).items())
             rows.append(
                 [
-                    f"{spec.name}_bench machine",
+                    f"bench@{spec.name} machine",
                     f"{c.get('machine')}, {c.get('cpu_count')} cores, load average before "
                     f"{c.get('load_average_before')}; {versions}",
                 ]
             )
-            rows.append(_isa_row(f"{spec.name}_bench CPU (int8 / int4)", c.get("cpu")))
+            rows.append(_isa_row(f"bench@{spec.name} CPU (int8 / int4)", c.get("cpu")))
         evaluation = read_json(src.metrics / f"{spec.name}_eval.json") or {}
         if evaluation.get("cpu"):
             rows.append(_isa_row(f"{spec.name}_eval CPU (int8 / int4)", evaluation["cpu"]))
