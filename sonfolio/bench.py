@@ -56,7 +56,7 @@ class Spec:
     """What a worker process measures; written as JSON for it."""
 
     case: Case
-    track: str  # score | speech
+    track: str  # the track's name: its definition (sonfolio.tracks) says how a model loads
     inputs: str  # .npy file: (N, ...) float32 model inputs
     threads: int
     decoder_threads: int  # ort_loop only: intra-op threads of the decoder session
@@ -92,12 +92,12 @@ def _rss_mb() -> float:
 class _Torch:
     def __init__(self, spec: Spec) -> None:
         import torch
-        from transformers import AutoModelForSpeechSeq2Seq, VisionEncoderDecoderModel
 
+        from sonfolio import tracks
         from sonfolio.train import ctc
 
         torch.set_num_threads(spec.threads)
-        cls = VisionEncoderDecoderModel if spec.track == "score" else AutoModelForSpeechSeq2Seq
+        cls = tracks.get(spec.track).torch_model_class()
         self.dtype = torch.bfloat16 if spec.case.dtype == "bf16" else torch.float32
         model = cls.from_pretrained(spec.case.folder, dtype=self.dtype)
         self.model = ctc.load_head(model, Path(spec.case.folder)).eval()
@@ -127,8 +127,8 @@ class _Ort(_Torch):
     def __init__(self, spec: Spec) -> None:
         import onnxruntime
         import torch
-        from optimum.onnxruntime import ORTModelForSpeechSeq2Seq, ORTModelForVision2Seq
 
+        from sonfolio import tracks
         from sonfolio.export import validate_variant
 
         validate_variant(Path(spec.case.folder))
@@ -136,18 +136,16 @@ class _Ort(_Torch):
         options.intra_op_num_threads = spec.threads
         options.inter_op_num_threads = 1
         set_spinning(options, spec.spin_wait)
-        cls = ORTModelForVision2Seq if spec.track == "score" else ORTModelForSpeechSeq2Seq
-        self.model = cls.from_pretrained(
+        self.definition = tracks.get(spec.track)
+        self.model = self.definition.ort_model_class().from_pretrained(
             spec.case.folder, session_options=options, use_io_binding=spec.io_binding
         )
         self.torch, self.dtype = torch, torch.float32
-        self.key = "pixel_values" if spec.track == "score" else "input_features"
         reads, blank = folder_decoding(Path(spec.case.folder))
         self.ctc = OrtCtc(self.model.encoder.session, blank) if reads else None
 
     def encode(self, x: np.ndarray) -> None:
-        kw = {} if self.key == "pixel_values" else {"attention_mask": None}
-        self.model.encoder(**{self.key: self.tensor(x)}, **kw)
+        self.model.encoder(**self.definition.ort_encoder_inputs(self.tensor(x)))
 
     def generate(self, x: np.ndarray, new: int, forced: bool) -> list[list[int]]:
         if self.ctc is not None:  # the encoder session's ctc_logits output
@@ -360,6 +358,25 @@ def convert_ct2(model_dir: Path, out: Path) -> list[int]:
     return [tok.bos_token_id, len(vocab) - 1]
 
 
+PEERS = ("ct2_int8",)  # the engines a track's definition may ask for (its bench_peers)
+
+
+def peer_case(name: str, model_dir: Path, workdir: Path) -> tuple[Case, list[int]]:
+    """A peer engine measured beside the variants, made from the FP32 model under `workdir`,
+    and the decoder prompt it needs (every runtime then gets that prompt, so outputs compare).
+
+    `ct2_int8`: CTranslate2's Whisper in int8, faster-whisper's engine (convert_ct2).
+
+    Raises:
+        ValueError: `name` is not one of PEERS.
+    """
+    if name not in PEERS:
+        raise ValueError(f"bench peer {name!r} (a track's bench_peers): known peers are {PEERS}")
+    folder = workdir / "ct2"
+    prompt = convert_ct2(model_dir, folder)
+    return Case(name, "ct2", str(folder)), prompt
+
+
 # ---------------------------------------------------------------------------- one stage
 
 
@@ -371,8 +388,8 @@ class QualityGateFailed(RuntimeError):
 class Track:
     """What a bench stage hands to `bench_track`."""
 
-    name: str  # score | speech
-    stage: str
+    name: str  # the track's name
+    stage: str  # the stage's name, e.g. bench@score
     cases: list[Case]
     sizes: dict[str, int]  # bytes on disk per case name
     absent: dict[str, str]  # variant name -> why it was not measured

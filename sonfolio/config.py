@@ -382,7 +382,7 @@ class Serve(Strict):
 
 
 class Export(Strict):
-    """ONNX export and ORT quantization, shared by score_export and speech_export."""
+    """ONNX export and ORT quantization, shared by every track's export (export@score, ...)."""
 
     opset: Annotated[int, Field(ge=14, le=21)]  # ONNX opset of the export
     quantize: list[Literal["int8", "int4"]]  # variants made from each exported model
@@ -403,7 +403,7 @@ class TrackExport(Strict):
 
 
 class Bench(Strict):
-    """How score_bench and speech_bench measure every variant (same inputs, one run)."""
+    """How the bench (bench@score, ...) measures every variant (same inputs, one run)."""
 
     samples: Positive  # test-split samples, the first N of the manifest
     threads: Positive  # intra-op threads of every runtime (torch, ORT, CTranslate2)

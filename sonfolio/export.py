@@ -38,9 +38,8 @@ import onnx
 from onnx import helper, numpy_helper
 
 from sonfolio import cpu
-from sonfolio.config import Export, TrackExport, load_params
+from sonfolio.config import Export, TrackExport
 from sonfolio.ctc_format import CTC_OUTPUT, DECODING, HEAD_FILE, folder_decoding
-from sonfolio.io import write_json
 from sonfolio.onnx_graphs import graphs
 
 log = logging.getLogger(__name__)
@@ -622,21 +621,6 @@ def weight_check(folder: Path) -> dict[str, dict[str, int]]:
 # ---------------------------------------------------------------------------- one track
 
 
-@dataclass(frozen=True)
-class TrackSpec:
-    """What differs between the two tracks' export and bench stages."""
-
-    task: str  # optimum-onnx export task, with past key/values
-    ort_class: str  # optimum.onnxruntime class that loads a variant folder
-    pipeline_tag: str
-    title: str
-    summary: str
-    data: str
-    train_stage: str
-    export_stage: str
-    bench_stage: str
-
-
 QAT_ABSENT = "not built: no QAT model yet"
 
 
@@ -646,14 +630,15 @@ def variant_names(cfg: Export) -> list[str]:
 
 
 def export_track(
-    track: TrackSpec,
+    track: Any,
     cfg: Export,
     card: TrackExport,
     models: list[Source],
     out: Path,
 ) -> dict[str, Any]:
-    """Export each source, quantize it into every variant of `cfg.quantize`, write a model card
-    per variant folder under `out`, and return the metrics (per variant: files, bytes,
+    """Export each source of `track` (a definition, sonfolio.tracks), quantize it into every
+    variant of `cfg.quantize`, write a model card per variant folder under `out`, and return
+    the metrics (per variant: files, bytes,
     size_ratio, route, weight check; `status` for variants not built).
 
     `models` holds the FP32 model (name `ptq`: its ONNX export is kept as `fp32/` and its
@@ -671,12 +656,12 @@ def export_track(
     quiet_quantizers()
     metrics: dict[str, Any] = {name: {"status": QAT_ABSENT} for name in variant_names(cfg)}
     with staged_dir(out) as tmp, Progress(transient=True) as bar:
-        job = bar.add_task(track.export_stage, total=sum(1 + len(m.quantize) for m in models))
+        job = bar.add_task(f"export@{track.name}", total=sum(1 + len(m.quantize) for m in models))
         for source in models:
             hidden = f".fp32_{source.name}_{'_'.join(source.quantize)}"
             fp32 = tmp / "fp32" if source.name == "ptq" else tmp / hidden
             log.info("exporting %s (%s) to ONNX", source.folder, source.name)
-            export_fp32(source.folder, fp32, track.task, cfg)
+            export_fp32(source.folder, fp32, track.export_task, cfg)
             bar.advance(job)
             built = {"fp32": fp32} if source.name == "ptq" else {}
             for q in source.quantize:
@@ -745,47 +730,3 @@ def _variant_figures(folder: Path, name: str, fp32: Path, cfg: Export) -> dict[s
         **extra,
         "exported_on": cpu.isa()["summary"],
     }
-
-
-def run_stage(
-    spec: TrackSpec,
-    cfg: Export,
-    card: TrackExport,
-    fp32_model: Path,
-    qat_model: Path | None,
-    out: Path,
-    metrics_path: Path,
-) -> dict[str, Any]:
-    """An export stage: `fp32_model` (and the QAT model(s) under `qat_model` when given: one
-    folder per scheme, int8/ and int4/, or one HF folder) into the variant folders under `out`,
-    metrics to `metrics_path`.
-
-    Raises:
-        OnnxFileError: an export wrote no merged decoder, or an int8 file kept FP32 weights.
-    """
-    metrics = export_track(spec, cfg, card, sources(cfg, fp32_model, qat_model), out)
-    metrics["torch_fp32_bytes"] = sum(f.stat().st_size for f in fp32_model.glob("*.safetensors"))
-    write_json(metrics_path, metrics)
-    log.info(
-        "%s: %s",
-        spec.export_stage,
-        {k: v.get("bytes", v.get("status")) for k, v in metrics.items() if isinstance(v, dict)},
-    )
-    return metrics
-
-
-def stage_main(spec: TrackSpec) -> dict[str, Any]:
-    """The track's export stage as dvc.yaml runs it: its params and paths from params.yaml
-    (`<track>_export`, `<track>_model`, `<track>_qat`, the track named by spec.export_stage)."""
-    track = spec.export_stage.removesuffix("_export")
-    params = load_params()
-    paths = params.paths
-    return run_stage(
-        spec,
-        params.export,
-        getattr(params, f"{track}_export"),
-        paths.track(track).model,
-        paths.track(track).qat,  # one QAT-trained model per scheme: int8/, int4/
-        paths.track(track).export,
-        paths.metrics / f"{spec.export_stage}.json",
-    )

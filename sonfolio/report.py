@@ -153,7 +153,7 @@ def missing(path: Path, stage: str) -> Missing:
 
 
 # Steps written once for every track in dvc.yaml (foreach): their stages are <step>@<track>.
-FOREACH_STEPS = {"eval", "estimate"}
+FOREACH_STEPS = {"data", "tokenizer", "export", "bench", "eval", "estimate"}
 
 
 def stage_name(track: str, step: str) -> str:
@@ -262,7 +262,7 @@ def loss_curves(curves: Path, title: str, dest: Path, dpi: int) -> bool:
 
 
 def training_section(spec: TrackSpec, src: Sources, out: Path, cfg: Report) -> Section:
-    stage = f"{spec.name}_train"
+    stage = stage_name(spec.name, "train")
     section = Section("Training")
     path = src.metrics / f"{stage}.json"
     train = read_json(path)
@@ -571,8 +571,8 @@ def export_table(export: dict[str, Any]) -> Table:
 
 def bench_section(spec: TrackSpec, src: Sources, out: Path, cfg: Report) -> Section:
     section = Section("Size and latency per variant")
-    stage, export_stage = f"{spec.name}_bench", f"{spec.name}_export"
-    bench_path = src.metrics / f"{stage}.json"
+    stage, export_stage = stage_name(spec.name, "bench"), stage_name(spec.name, "export")
+    bench_path = src.metrics / f"{spec.name}_bench.json"
     bench = read_json(bench_path)
     rows = latency_rows(spec, bench)
     write_latency_csv(rows, out / f"{spec.name}_latency.csv")
@@ -592,7 +592,7 @@ def bench_section(spec: TrackSpec, src: Sources, out: Path, cfg: Report) -> Sect
             whiskers={"p50": [r["e2e_ms_p95"] for r in rows]},
         )
         section.items.append(Figure(name, f"Latency per variant ({spec.name}_latency.csv)"))
-    export_path = src.metrics / f"{export_stage}.json"
+    export_path = src.metrics / f"{spec.name}_export.json"
     export = read_json(export_path)
     section.items.append(export_table(export) if export else missing(export_path, export_stage))
     return section
@@ -745,12 +745,12 @@ def conditions_section(src: Sources) -> Section:
             versions = ", ".join(f"{k} {v}" for k, v in c.get("versions", {}).items())
             rows.append(
                 [
-                    f"{spec.name}_bench machine",
+                    f"bench@{spec.name} machine",
                     f"{c.get('machine')}, {c.get('cpu_count')} cores, load average before "
                     f"{c.get('load_average_before')}; {versions}",
                 ]
             )
-            rows.append(_isa_row(f"{spec.name}_bench CPU (int8 / int4)", c.get("cpu")))
+            rows.append(_isa_row(f"bench@{spec.name} CPU (int8 / int4)", c.get("cpu")))
         evaluation = read_json(src.metrics / f"{spec.name}_eval.json") or {}
         if evaluation.get("cpu"):
             rows.append(_isa_row(f"{spec.name}_eval CPU (int8 / int4)", evaluation["cpu"]))

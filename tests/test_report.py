@@ -195,7 +195,7 @@ def test_full_run_renders_every_part_with_resolving_links(run_dir, params):
     summary = run(params.report, sources(run_dir), out)
     html = (out / "index.html").read_text(encoding="utf-8")
     page = assert_links_resolve(out)
-    assert set(summary["missing"]) == {"dvc repro speech_qat", "dvc repro speech_export"}
+    assert set(summary["missing"]) == {"dvc repro speech_qat", "dvc repro export@speech"}
     # training: the val loss first -> best, the step-time breakdown, the baseline
     assert "3.466 → 2.615" in html and "415.7" in html and "61.99" in html and "0.7764" in html
     # plots: both loss curves, quality per variant, latency per variant
@@ -230,9 +230,9 @@ def test_missing_inputs_show_the_command_that_makes_them(tmp_path, params):
     summary = run(params.report, sources(root), out)
     html = (out / "index.html").read_text(encoding="utf-8")
     for track in ("score", "speech"):
-        for stage in ("train", "bench", "export", "qat"):
+        for stage in ("train", "qat"):
             assert f"not yet produced: run <code>dvc repro {track}_{stage}</code>" in html
-        for step in ("eval", "estimate"):  # written once for every track (foreach)
+        for step in ("eval", "bench", "export", "estimate"):  # one stage per step, per track
             assert f"not yet produced: run <code>dvc repro {step}@{track}</code>" in html
     assert len(summary["missing"]) == 12 and summary["images"] == 0
     assert_links_resolve(out)  # the nav's #fragments, even with no data
@@ -251,7 +251,7 @@ def test_rerun_replaces_outputs_and_keeps_dvcs_gitignore(run_dir, params):
     run(params.report, sources(run_dir), out)
     assert (out / ".gitignore").is_file()
     assert not (out / "assets/score_latency.png").exists(), "a stale plot survived the rerun"
-    assert "dvc repro score_bench" in json.loads((out / SUMMARY).read_text())["missing"]
+    assert "dvc repro bench@score" in json.loads((out / SUMMARY).read_text())["missing"]
     assert [p.name for p in out.iterdir() if p.name.startswith(".report")] == []
 
 

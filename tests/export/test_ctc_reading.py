@@ -16,9 +16,10 @@ import torch
 from sonfolio import variants
 from sonfolio.config import load_params
 from sonfolio.ctc_format import CTC_OUTPUT
-from sonfolio.export import ENCODER, run_stage
+from sonfolio.export import ENCODER
+from sonfolio.tracks import get as track_definition
 from sonfolio.train import ctc
-from tasks.score_export import TRACK as SCORE_TRACK
+from tasks.export import run
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -48,7 +49,8 @@ def exported(ctc_model, tmp_path_factory) -> Path:
     model, _ = ctc_model
     params = load_params(ROOT / "params.yaml")
     out = tmp_path_factory.mktemp("ctc_onnx") / "score_onnx"
-    run_stage(SCORE_TRACK, params.export, params.score_export, model, None, out, out / "m.json")
+    score = track_definition("score")
+    run(score, params.export, params.score_export, model, None, out, out / "m.json")
     return out
 
 

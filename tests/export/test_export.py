@@ -17,10 +17,10 @@ from sonfolio.export import (
     ENCODER,
     OnnxFileError,
     fp32_weight_matmuls,
-    run_stage,
     validate_variant,
 )
-from tasks.score_export import TRACK as SCORE_TRACK
+from sonfolio.tracks import get as track_definition
+from tasks.export import run
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,8 +30,14 @@ def exported(tiny_score_model, tmp_path_factory) -> tuple[Path, dict, Path]:
     model, data = tiny_score_model
     params = load_params(ROOT / "params.yaml")
     out = tmp_path_factory.mktemp("onnx") / "score_onnx"
-    metrics = run_stage(
-        SCORE_TRACK, params.export, params.score_export, model, None, out, out.parent / "m.json"
+    metrics = run(
+        track_definition("score"),
+        params.export,
+        params.score_export,
+        model,
+        None,
+        out,
+        out.parent / "m.json",
     )
     return out, metrics, data
 

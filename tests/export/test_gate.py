@@ -20,7 +20,7 @@ def _variants(ter_int8: float) -> dict:
 
 
 def _track(max_increase: float) -> Track:
-    return Track("score", "score_bench", [], {}, {}, np.zeros(1), 8, [1], 2, 0, "ter", max_increase)
+    return Track("score", "bench@score", [], {}, {}, np.zeros(1), 8, [1], 2, 0, "ter", max_increase)
 
 
 def test_within_gate_passes_and_ratios_are_to_torch_fp32():
@@ -43,10 +43,10 @@ def test_past_gate_is_marked_and_fails_when_configured(tmp_path, fail_on_gate):
     path = tmp_path / "bench.json"
     if fail_on_gate:
         with pytest.raises(QualityGateFailed, match="ort_int8_ptq: ter 0.4000 vs torch FP32"):
-            finish({"variants": {}}, failures, cfg, path, "score_bench")
+            finish({"variants": {}}, failures, cfg, path, "bench@score")
         assert not path.exists()
     else:
-        finish({"variants": {}}, failures, cfg, path, "score_bench")
+        finish({"variants": {}}, failures, cfg, path, "bench@score")
         assert json.loads(path.read_text())["gate_failures"] == failures
 
 

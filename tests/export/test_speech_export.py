@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from sonfolio.config import load_params
-from sonfolio.export import DECODER, run_stage, validate_variant
-from tasks.speech_export import TRACK as SPEECH_TRACK
+from sonfolio.export import DECODER, validate_variant
+from sonfolio.tracks import get as track_definition
+from tasks.export import run
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -53,8 +54,8 @@ def exported(tiny_whisper, tmp_path_factory) -> tuple[Path, dict]:
     out = tmp_path / "speech_onnx"
     qat = tmp_path / "speech_qat"  # the QAT stage's layout: one model per scheme
     shutil.copytree(tiny_whisper, qat / "int8")
-    metrics = run_stage(
-        SPEECH_TRACK,
+    metrics = run(
+        track_definition("speech"),
         params.export,
         params.speech_export,
         tiny_whisper,
