@@ -151,6 +151,15 @@ def missing(path: Path, stage: str) -> Missing:
     return Missing(f"{path.as_posix()} (stage {stage})", f"dvc repro {stage}")
 
 
+# Steps written once for every track in dvc.yaml (foreach): their stages are <step>@<track>.
+FOREACH_STEPS = {"train", "qat", "estimate"}
+
+
+def stage_name(track: str, step: str) -> str:
+    """The dvc.yaml stage that runs `step` for `track`: what `dvc repro` takes."""
+    return f"{step}@{track}" if step in FOREACH_STEPS else f"{track}_{step}"
+
+
 def mb(n_bytes: int | None) -> str:
     return "—" if n_bytes is None else f"{n_bytes / 1e6:.2f}"
 
@@ -252,12 +261,12 @@ def loss_curves(curves: Path, title: str, dest: Path, dpi: int) -> bool:
 
 
 def training_section(spec: TrackSpec, src: Sources, out: Path, cfg: Report) -> Section:
-    stage = f"{spec.name}_train"
+    stage = f"{spec.name}_train"  # its params section; its outputs' names
     section = Section("Training")
     path = src.metrics / f"{stage}.json"
     train = read_json(path)
     if train is None:
-        section.items.append(missing(path, stage))
+        section.items.append(missing(path, stage_name(spec.name, "train")))
     else:
         section.items += training_tables(train)
     curves = src.live / stage / "plots" / "metrics"
@@ -274,7 +283,7 @@ def training_section(spec: TrackSpec, src: Sources, out: Path, cfg: Report) -> S
             )
         )
     else:
-        section.items.append(missing(curves, stage))
+        section.items.append(missing(curves, stage_name(spec.name, "train")))
     return section
 
 
@@ -570,7 +579,7 @@ def qat_section(spec: TrackSpec, src: Sources) -> Section:
     data = {s: read_json(p) for s, p in paths.items()}
     for s, d in data.items():
         if d is None:
-            section.items.append(missing(paths[s], f"{spec.name}_{s}"))
+            section.items.append(missing(paths[s], stage_name(spec.name, s)))
     key = spec.quality[0]
     ev = (data["eval"] or {}).get("variants", {})
     bench = (data["bench"] or {}).get("variants", {})
@@ -619,7 +628,7 @@ def cost_section(src: Sources) -> Section:
         path = src.metrics / f"estimate_{spec.name}.json"
         est = read_json(path)
         if est is None:
-            section.items.append(missing(path, f"estimate@{spec.name}"))
+            section.items.append(missing(path, stage_name(spec.name, "estimate")))
             continue
         section.items += cost_tables(est, path)
     return section
