@@ -1,4 +1,4 @@
-"""Benchmark the speech_data stage: synthetic clips per second, end to end and per step.
+"""Benchmark the data@speech stage: synthetic clips per second, end to end and per step.
 
     python -m benchmarks.speech_data [--utterances 800]
 

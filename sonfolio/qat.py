@@ -159,7 +159,7 @@ def train_schemes(
 
 
 def run_stage(
-    stage: str,
+    track: str,
     cfg: QatTrain,
     opts: EngineOptions,
     load: Callable[[Path], PreTrainedModel],
@@ -172,18 +172,18 @@ def run_stage(
     live: Path | None,
     int8_bits: int,
 ) -> dict[str, Any]:
-    """A QAT stage: every scheme of `cfg` trained from the model in `fp32`, each converted
-    model saved with the FP32 folder's tokenizer and processor under `out/<scheme>/`; `out`
-    appears only when all are done.
+    """The QAT stage of `track`: every scheme of `cfg` trained from the model in `fp32`, each
+    converted model saved with the FP32 folder's tokenizer and processor under
+    `out/<scheme>/`; `out` appears only when all are done.
 
     Raises:
         FileNotFoundError (no trained model), DeviceCannotDo, TooManyBadSamples,
         TrainingDiverged, ValueError.
     """
     choose_precision(opts.precision, detect_backend())  # what the device cannot do fails first
-    train_stage = stage.replace("_qat", "_train")
+    stage = f"{track}_qat"  # its params section, checkpoint folder and curves
     if not (fp32 / "config.json").is_file():
-        raise FileNotFoundError(f"{fp32} holds no trained model: run `dvc repro {train_stage}`")
+        raise FileNotFoundError(f"{fp32} holds no trained model: run `dvc repro train@{track}`")
     if ctc.folder_decoding(fp32)[0] and cfg.ctc_weight == 0:
         raise ValueError(
             f"{fp32} reads with its CTC head ({ctc.DECODING}), which {stage}.ctc_weight: 0 "

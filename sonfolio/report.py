@@ -152,13 +152,10 @@ def missing(path: Path, stage: str) -> Missing:
     return Missing(f"{path.as_posix()} (stage {stage})", f"dvc repro {stage}")
 
 
-# Steps written once for every track in dvc.yaml (foreach): their stages are <step>@<track>.
-FOREACH_STEPS = {"data", "tokenizer", "export", "bench", "eval", "estimate"}
-
-
 def stage_name(track: str, step: str) -> str:
-    """The dvc.yaml stage that runs `step` for `track`: what `dvc repro` takes."""
-    return f"{step}@{track}" if step in FOREACH_STEPS else f"{track}_{step}"
+    """The dvc.yaml stage that runs `step` for `track` (every step is one stage run for each
+    track: `train@score`): what `dvc repro` takes."""
+    return f"{step}@{track}"
 
 
 def mb(n_bytes: int | None) -> str:
@@ -262,12 +259,12 @@ def loss_curves(curves: Path, title: str, dest: Path, dpi: int) -> bool:
 
 
 def training_section(spec: TrackSpec, src: Sources, out: Path, cfg: Report) -> Section:
-    stage = stage_name(spec.name, "train")
+    stage = f"{spec.name}_train"  # its params section; its outputs' names
     section = Section("Training")
     path = src.metrics / f"{stage}.json"
     train = read_json(path)
     if train is None:
-        section.items.append(missing(path, stage))
+        section.items.append(missing(path, stage_name(spec.name, "train")))
     else:
         section.items += training_tables(train)
     curves = src.live / stage / "plots" / "metrics"
@@ -284,7 +281,7 @@ def training_section(spec: TrackSpec, src: Sources, out: Path, cfg: Report) -> S
             )
         )
     else:
-        section.items.append(missing(curves, stage))
+        section.items.append(missing(curves, stage_name(spec.name, "train")))
     return section
 
 

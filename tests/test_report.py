@@ -195,7 +195,7 @@ def test_full_run_renders_every_part_with_resolving_links(run_dir, params):
     summary = run(params.report, sources(run_dir), out)
     html = (out / "index.html").read_text(encoding="utf-8")
     page = assert_links_resolve(out)
-    assert set(summary["missing"]) == {"dvc repro speech_qat", "dvc repro export@speech"}
+    assert set(summary["missing"]) == {"dvc repro qat@speech", "dvc repro export@speech"}
     # training: the val loss first -> best, the step-time breakdown, the baseline
     assert "3.466 → 2.615" in html and "415.7" in html and "61.99" in html and "0.7764" in html
     # plots: both loss curves, quality per variant, latency per variant
@@ -230,9 +230,7 @@ def test_missing_inputs_show_the_command_that_makes_them(tmp_path, params):
     summary = run(params.report, sources(root), out)
     html = (out / "index.html").read_text(encoding="utf-8")
     for track in ("score", "speech"):
-        for stage in ("train", "qat"):
-            assert f"not yet produced: run <code>dvc repro {track}_{stage}</code>" in html
-        for step in ("eval", "bench", "export", "estimate"):  # one stage per step, per track
+        for step in ("train", "qat", "export", "bench", "eval", "estimate"):  # one stage per step
             assert f"not yet produced: run <code>dvc repro {step}@{track}</code>" in html
     assert len(summary["missing"]) == 12 and summary["images"] == 0
     assert_links_resolve(out)  # the nav's #fragments, even with no data
@@ -261,7 +259,7 @@ def test_summary_holds_markdown_tables_for_the_prefect_ui(run_dir, params):
     markdown = json.loads((out / SUMMARY).read_text())["markdown"]
     assert set(markdown) == {"score", "speech", "run"}
     assert "| variant | runtime | size MB |" in markdown["score"]
-    assert "not yet produced: run `dvc repro speech_qat`" in markdown["speech"]
+    assert "not yet produced: run `dvc repro qat@speech`" in markdown["speech"]
 
 
 def test_report_of_this_repository_resolves(tmp_path, params):
@@ -280,9 +278,9 @@ def test_report_of_this_repository_resolves(tmp_path, params):
     page = assert_links_resolve(out)
     for path in (ROOT / paths.metrics).glob("*.json"):
         assert f"dvc repro {path.stem}" not in summary["missing"], f"{path} exists"
-        track, _, step = path.stem.partition("_")
-        if step == "eval":  # metrics/<track>_eval.json is written by stage eval@<track>
-            assert f"dvc repro eval@{track}" not in summary["missing"], f"{path} exists"
+        track, _, step = path.stem.partition("_")  # metrics/<track>_<step>.json: <step>@<track>
+        if track in paths.tracks:
+            assert f"dvc repro {step}@{track}" not in summary["missing"], f"{path} exists"
     if (ROOT / paths.metrics / "score_eval.json").is_file():
         assert any("/samples/score/" in s for s in srcs(page, "img")), "no side-by-side images"
 

@@ -56,7 +56,22 @@ class ScoreTrack:
 
     # --- train ---
 
+    def training(self, params):
+        """How this track trains (a sonfolio.train.setup.Training): score_train, with the
+        width the data step renders every system at (score_data.image_long_side), which is
+        the model's input width."""
+        from sonfolio.score.track import ScoreTraining
+
+        return ScoreTraining(params.score_train, params.score_data.image_long_side)
+
     # --- qat ---
+
+    def load_trained(self, folder):
+        """The model train@score saved in `folder`, ready to train further (its CTC head
+        attached where it reads with one)."""
+        from sonfolio.score.model import load_trained
+
+        return load_trained(folder)
 
     # --- export ---
 

@@ -56,7 +56,19 @@ class SpeechTrack:
 
     # --- train ---
 
+    def training(self, params):
+        """How this track trains (a sonfolio.train.setup.Training): speech_train."""
+        from sonfolio.speech.track import SpeechTraining
+
+        return SpeechTraining(params.speech_train)
+
     # --- qat ---
+
+    def load_trained(self, folder):
+        """The model train@speech saved in `folder`, ready to train further."""
+        from transformers import WhisperForConditionalGeneration
+
+        return WhisperForConditionalGeneration.from_pretrained(str(folder))
 
     # --- export ---
 

@@ -93,10 +93,10 @@ def test_a_bad_price_row_is_rejected_by_name(tmp_path):
 
 @pytest.fixture(scope="module")
 def tiny_measurement(score_data, tmp_path_factory):
-    from sonfolio.score.track import make_track
+    from sonfolio.score.track import ScoreTraining
 
     cfg, opts = tiny_config()
-    track = make_track(cfg, score_data, score_data / "tokenizer", WIDTH)[0]
+    track = ScoreTraining(cfg, WIDTH).setup(score_data, score_data / "tokenizer").track
     cache = tmp_path_factory.mktemp("estimate") / "micro_batch.json"
     return measure(track, cfg, opts, steps=2, warmup=1, batch_cache=cache)
 

@@ -1,0 +1,144 @@
+"""A track made ready to train: what a track's definition gives the train and QAT steps,
+`sonfolio estimate`, doctor and the train-step benchmark (`TRACK.training(params)`).
+
+Each track's own side is `Training` in sonfolio/<track>/track.py; what both sides do alike is
+here: the datasets of every split, the engine's Track built over them, and the greedy reading
+of a held-out split.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from torch.utils.data import DataLoader, Dataset
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from sonfolio.config import TrainLoop
+from sonfolio.evaluation import greedy_decode
+from sonfolio.train.device import Backend
+from sonfolio.train.engine import Track
+
+
+@dataclass
+class Setup:
+    """A track ready to train: the engine's Track, the datasets of every split (the decoded
+    held-out ones included), and what is saved beside the model."""
+
+    track: Track
+    sets: dict[str, Any]
+    tokenizer: PreTrainedTokenizerBase
+    # saved with the model, in this order: the tokenizer, then the image processor or
+    # feature extractor that turns a raw input into what the model reads
+    processors: list[Any]
+
+
+class Training(Protocol):
+    """How one track trains: its `<track>_train` section and what only the track knows."""
+
+    cfg: TrainLoop  # <track>_train
+
+    @property
+    def hub_model(self) -> str | None:
+        """The hub id or folder the model starts from; None: built from `model_size`."""
+
+    @property
+    def model_size(self) -> str:
+        """The size preset the model is built in (<track>_train.model.size)."""
+
+    def check_size(self, backend: Backend) -> None:
+        """Raises DeviceCannotDo for a model this device cannot train, before any work."""
+
+    def key(self) -> dict[str, Any]:
+        """What keys a resumable run besides the engine options and the input files."""
+
+    def build_model(self, tokenizer_dir: Path) -> PreTrainedModel:
+        """The configured model, untrained (doctor builds it on the meta device)."""
+
+    def attention_kernels(self, model: PreTrainedModel) -> str:
+        """The attention implementation of each part of `model`, for the logs and doctor."""
+
+    def setup(
+        self,
+        data: Path,
+        tokenizer_dir: Path,
+        model: PreTrainedModel | None = None,
+        name: str | None = None,
+    ) -> Setup:
+        """The seeded model (or `model`, e.g. a QAT-prepared one) and the datasets, read as
+        training reads them; `name`: the stage in logs and cache keys (<track>_train)."""
+
+    def evaluate(self, model: PreTrainedModel, setup: Setup) -> dict[str, Any]:
+        """The metrics the train step adds after training: greedy decoding of the held-out
+        splits against a constant guess, and how the model reads."""
+
+
+def split_sets(
+    rows: list[dict[str, Any]],
+    make: Callable[[list[dict[str, Any]]], Dataset],
+    eval_splits: tuple[str, ...],
+    manifest: Path,
+    data_stage: str,
+) -> dict[str, Any]:
+    """A dataset per split (train, val and the decoded `eval_splits`) of the manifest's rows.
+
+    Raises:
+        ValueError: no train or no val rows (the message names the stage that makes them).
+    """
+    sets = {
+        split: make([r for r in rows if r["split"] == split])
+        for split in ("train", "val", *eval_splits)
+    }
+    if not len(sets["train"]) or not len(sets["val"]):
+        raise ValueError(f"{manifest} needs train and val rows: rerun `dvc repro {data_stage}`")
+    return sets
+
+
+def engine_track(
+    model: PreTrainedModel,
+    sets: dict[str, Any],
+    collate: Callable[[list[Any]], dict[str, Any]],
+    encoder: PreTrainedModel,
+    positions: int,
+    shape: str,
+    name: str,
+) -> Track:
+    """The engine's Track over the train and val sets. `positions`: the encoder's sequence
+    length (patches, or audio frames after the convolutions); `shape`: the input's shape, for
+    the micro-batch cache key."""
+    train_set = sets["train"]
+    longest = train_set[train_set.longest()]
+    mean_tokens = sum(map(len, train_set.labels)) / len(train_set)
+    enc = encoder.num_parameters()
+    return Track(
+        model=model,
+        train_set=train_set,
+        val_set=sets["val"],
+        collate=collate,
+        probe_batch=lambda n: collate([longest] * n),
+        # ~6 x params x tokens: the encoder runs over its positions, the decoder per label
+        flops_per_sample=6 * (enc * positions + (model.num_parameters() - enc) * mean_tokens),
+        shape=shape,
+        name=name,
+        lengths=[len(x) for x in train_set.labels],
+    )
+
+
+def read_split(
+    model: PreTrainedModel,
+    dataset: Any,
+    collate: Callable[[list[Any]], dict[str, Any]],
+    setup: Setup,
+    input_key: str,
+    max_new_tokens: int,
+    generate: Callable[..., Any] | None = None,
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The manifest rows of `dataset` that greedy decoding read (unreadable samples are
+    left out), and the texts it read for them."""
+    loader = DataLoader(dataset, batch_size=64, collate_fn=collate)
+    done, hyps = greedy_decode(
+        model, loader, setup.tokenizer, input_key, max_new_tokens, len(dataset), generate
+    )
+    return [dataset.rows[i] for i in done], hyps
