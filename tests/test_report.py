@@ -270,7 +270,7 @@ def test_report_of_this_repository_resolves(tmp_path, params):
     src = Sources(
         metrics=ROOT / paths.metrics,
         live=ROOT / paths.live,
-        evals={"score": ROOT / paths.track("score").eval, "speech": ROOT / paths.track("speech").eval},
+        evals={t: ROOT / paths.track(t).eval for t in paths.tracks},
         root=ROOT,
     )
     out = tmp_path / "reports"

@@ -28,7 +28,8 @@ def inputs(variant: Any, rows: list[dict], data: Path) -> torch.Tensor:
     model was trained on, made by the variant's feature extractor.
 
     Raises:
-        AudioError: a clip cannot be decoded (the eval set must be whole: rerun `dvc repro data@speech`).
+        AudioError: a clip cannot be decoded (the eval set must be whole: rerun
+            `dvc repro data@speech`).
     """
     audio = [decode(data / r["audio"]) for r in rows]
     feats = variant.processor(audio, sampling_rate=SAMPLE_RATE, return_tensors="pt")
