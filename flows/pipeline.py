@@ -72,7 +72,7 @@ def publish_results(repo: str) -> list[str]:
     UI shows each run's results; returns the artifact keys.
 
     The tables come from ${paths.report}/assets/summary.json, written by the report stage with
-    the page (sonfolio/report.py); no report yet: one artifact that says how to make it.
+    the page (sonfolio.report.page); no report yet: one artifact that says how to make it.
     """
     logger = get_run_logger()
     params = yaml.safe_load((Path(repo) / "params.yaml").read_text(encoding="utf-8"))

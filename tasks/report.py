@@ -22,7 +22,8 @@ from typing import Any
 
 from sonfolio.config import Report, load_params
 from sonfolio.logs import setup_logging
-from sonfolio.report import Sources, write_report
+from sonfolio.report.page import write_report
+from sonfolio.report.sources import Sources
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,7 @@ def main() -> None:
     sources = Sources(
         metrics=paths.metrics,
         live=paths.live,
-        evals={"score": paths.track("score").eval, "speech": paths.track("speech").eval},
+        evals={name: paths.track(name).eval for name in paths.tracks},
         root=Path.cwd(),
     )
     run(params.report, sources, paths.report)

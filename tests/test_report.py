@@ -13,7 +13,8 @@ from urllib.parse import urlparse
 import pytest
 from PIL import Image
 
-from sonfolio.report import SUMMARY, Sources
+from sonfolio.report.page import SUMMARY
+from sonfolio.report.sources import Sources
 from tasks.report import run
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -160,9 +160,6 @@ class ScoreTrack:
     # written to quality.csv, with eval_csv_extra, for `dvc plots`.
     eval_delta_keys = ("ser", "cer", "exact_match", "compile_rate")
     eval_csv_extra = "clean_compile_rate"
-    # How the report shows a variant's samples (sonfolio.report.SAMPLE_VIEWS): the side-by-side
-    # images the eval writes.
-    eval_samples = "images"
 
     def eval_tool(self, params):
         """The LilyPond binary (a Path) every prediction is compiled with: score_data.lilypond,
@@ -184,6 +181,23 @@ class ScoreTrack:
         from sonfolio.score.evaluate import Scorer
 
         return Scorer(cfg, data, tool, work)
+
+    # --- report ---
+
+    # The eval's keys per split in the report's quality table (sonfolio.report.quality); the
+    # first is the headline, plotted per variant and shown for QAT vs PTQ.
+    report_quality = (
+        "ser",
+        "cer",
+        "exact_match",
+        "compile_rate",
+        "clean_compile_rate",
+        "delta_ser",
+    )
+    report_quality_label = "symbol error rate (SER, lower is better)"  # the headline's axis label
+    # How the report shows a variant's samples (sonfolio.report.samples.VIEWS): the side-by-side
+    # images the eval writes.
+    eval_samples = "images"
 
 
 TRACK = ScoreTrack()

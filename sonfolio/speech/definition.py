@@ -174,9 +174,6 @@ class SpeechTrack:
     # written to quality.csv, with eval_csv_extra, for `dvc plots`.
     eval_delta_keys = ("wer", "cer")
     eval_csv_extra = "clips_per_s"
-    # How the report shows a variant's samples (sonfolio.report.SAMPLE_VIEWS): the worst clips
-    # the eval names in its metrics, with their audio.
-    eval_samples = "clips"
 
     def eval_tool(self, params):
         """None: WER and CER are computed in-process, with no outside tool."""
@@ -194,6 +191,16 @@ class SpeechTrack:
         from sonfolio.speech.evaluate import Scorer
 
         return Scorer(cfg, data)
+
+    # --- report ---
+
+    # The eval's keys per split in the report's quality table (sonfolio.report.quality); the
+    # first is the headline, plotted per variant and shown for QAT vs PTQ.
+    report_quality = ("wer", "cer", "delta_wer", "delta_cer", "clips_per_s", "real_time_factor")
+    report_quality_label = "word error rate (WER, lower is better)"  # the headline's axis label
+    # How the report shows a variant's samples (sonfolio.report.samples.VIEWS): the worst clips
+    # the eval names in its metrics, with their audio.
+    eval_samples = "clips"
 
 
 TRACK = SpeechTrack()
