@@ -238,7 +238,7 @@ def _greedy_loop(folder: Path, provider: str, threads: int | None) -> Any:
     start, eos = config.get("decoder_start_token_id"), config.get("eos_token_id")
     if set(config) - _PLAIN_GENERATION or not isinstance(start, int) or not isinstance(eos, int):
         return None
-    from sonfolio.export import OnnxFileError
+    from sonfolio.export.layout import OnnxFileError
     from sonfolio.infer.ortloop import OrtGreedy
 
     _onnx_files(folder)  # names a missing file as optimum would
@@ -250,7 +250,7 @@ def _greedy_loop(folder: Path, provider: str, threads: int | None) -> Any:
 
 def _ctc_loop(folder: Path, provider: str, threads: int | None, blank: int) -> Any:
     """sonfolio.infer.ortloop.OrtCtc over the folder's encoder (which carries the CTC head)."""
-    from sonfolio.export import OnnxFileError
+    from sonfolio.export.layout import OnnxFileError
     from sonfolio.infer.ortloop import OrtCtc
 
     _onnx_files(folder)  # names a missing file as optimum would

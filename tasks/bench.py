@@ -14,7 +14,7 @@ Writes: ${paths.metrics}/<track>_bench.json: per variant size, peak RSS, latency
 Variants: torch FP32, torch bf16 (where the device has it), ORT fp32 / int8 / int4 (PTQ, and
 QAT once exported), each also through the plain greedy loop (bench.lean_loop). What differs
 between tracks (inputs, quality, gate, peer engines) the track's definition says; how each
-figure is measured, sonfolio/bench.py.
+figure is measured, sonfolio.bench.
 """
 
 from __future__ import annotations
@@ -28,9 +28,12 @@ from typing import Any
 from transformers import AutoTokenizer
 
 from sonfolio import tracks
-from sonfolio.bench import Case, Track, bench_track, bf16_support, finish, peer_case
+from sonfolio.bench.case import Case
+from sonfolio.bench.peer import peer_case
+from sonfolio.bench.torch_runtime import bf16_support
+from sonfolio.bench.track import Track, bench_track, finish
 from sonfolio.config import Bench, Export, load_params
-from sonfolio.export import ONNX_FILES, variant_names
+from sonfolio.export.layout import ONNX_FILES, variant_names
 from sonfolio.io import read_jsonl
 from sonfolio.logs import setup_logging
 
@@ -94,7 +97,7 @@ def run(
 
     Raises:
         ValueError: the manifest has no test rows.
-        QualityGateFailed (sonfolio.bench): past the gate's allowance, with fail_on_gate set.
+        QualityGateFailed (sonfolio.bench.track): past the gate's allowance, with fail_on_gate set.
     """
     stage = f"bench@{track.name}"
     tok = AutoTokenizer.from_pretrained(str(model))
