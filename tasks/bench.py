@@ -32,8 +32,8 @@ from sonfolio.bench.case import Case
 from sonfolio.bench.peer import peer_case
 from sonfolio.bench.torch_runtime import bf16_support
 from sonfolio.bench.track import Track, bench_track, finish
-from sonfolio.config import Bench, Export, load_params
-from sonfolio.export.layout import ONNX_FILES, variant_names
+from sonfolio.config import Bench, Export, Params, load_params
+from sonfolio.export.layout import file_sizes, variant_names
 from sonfolio.io import read_jsonl
 from sonfolio.logs import setup_logging
 
@@ -72,7 +72,7 @@ def sizes_of(cases: list[Case]) -> dict[str, int]:
     def size(case: Case) -> int:
         folder = Path(case.folder)
         if case.runtime in ("ort", "ort_loop"):
-            return sum((folder / f).stat().st_size for f in ONNX_FILES)
+            return file_sizes(folder)["bytes"]
         if case.runtime == "ct2":
             return (folder / "model.bin").stat().st_size
         per_param = 2 if case.dtype == "bf16" else 1  # bf16 halves the FP32 file in memory
@@ -137,12 +137,11 @@ def run(
     return finish(metrics, failures, cfg, metrics_path, stage)
 
 
-def main() -> None:
-    setup_logging()
-    name = tracks.from_argv(sys.argv[1:], "bench")
-    params = load_params()
+def run_with_params(params: Params, name: str) -> dict[str, Any]:
+    """`run` for track `name` with its inputs as params.yaml gives them: the stage's wiring,
+    which benchmarks/quant.py runs too."""
     paths = params.paths.track(name)
-    run(
+    return run(
         tracks.get(name),
         params.bench,
         params.section(name, "bench"),
@@ -153,6 +152,11 @@ def main() -> None:
         paths.export,
         params.paths.metrics / f"{name}_bench.json",
     )
+
+
+def main() -> None:
+    setup_logging()
+    run_with_params(load_params(), tracks.from_argv(sys.argv[1:], "bench"))
 
 
 if __name__ == "__main__":
