@@ -1,5 +1,7 @@
-"""Measuring every variant of a track on the same inputs: size, peak RSS, latency, throughput
-and the greedy outputs (scored by the stage).
+"""The bench: every variant of a track measured on the same inputs, each in a worker process.
+
+What it measures: size, peak RSS, latency, throughput and the greedy outputs (scored by the
+stage, tasks/bench.py).
 
 case: what a worker measures; worker: one variant in a fresh process (its peak RSS its own),
 timed on a forced decode length; the runtimes it runs: torch_runtime (HF generate), ort_runtime
