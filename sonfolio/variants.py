@@ -32,6 +32,7 @@ import torch
 from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerBase
 
 from sonfolio import cpu, tracks
+from sonfolio.export.layout import DECODER, ENCODER, UNMERGED
 from sonfolio.train import ctc
 
 log = logging.getLogger(__name__)
@@ -39,11 +40,8 @@ log = logging.getLogger(__name__)
 # config.json's model_type -> the track whose definition (sonfolio.tracks) says how it loads
 TRACKS = {"vision-encoder-decoder": "score", "whisper": "speech"}
 TORCH_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
-ENCODER = "encoder_model.onnx"
-DECODERS = (  # optimum's standard names: a merged decoder, or a decoder + one with past
-    ("decoder_model_merged.onnx",),
-    ("decoder_model.onnx", "decoder_with_past_model.onnx"),
-)
+# optimum's layouts: a merged decoder, or a decoder + one with past
+DECODERS = ((DECODER,), UNMERGED)
 
 
 class VariantError(ValueError):

@@ -17,9 +17,7 @@ from onnx import helper, numpy_helper
 
 from sonfolio.config import Export
 from sonfolio.ctc_format import CTC_OUTPUT, DECODING, HEAD_FILE, folder_decoding
-from sonfolio.export.layout import ENCODER, ONNX_FILES, OnnxFileError, load_onnx
-
-UNMERGED = ("decoder_model.onnx", "decoder_with_past_model.onnx")
+from sonfolio.export.layout import ENCODER, ONNX_FILES, UNMERGED, OnnxFileError, load_onnx
 
 
 def export_fp32(model_dir: Path, out: Path, task: str, cfg: Export) -> None:

@@ -2,24 +2,27 @@
 
 A variant folder is what optimum's ORTModel loads as is: `encoder_model.onnx`,
 `decoder_model_merged.onnx`, config.json, generation_config.json, tokenizer and processor, and
-a model card. This module names those files and loads, checks, sizes and copies them; it
-imports neither torch nor the quantizers, so the runtimes that only read a folder (the bench's
-worker processes, sonfolio.infer.ortloop) stay light.
+a model card. This module names those files and loads, checks, sizes and copies them. It
+imports only the standard library until a file is loaded (onnx then), so the runtimes that
+only read a folder (the bench's worker processes, sonfolio.infer.ortloop, sonfolio.variants)
+stay light.
 """
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import onnx
+if TYPE_CHECKING:
+    import onnx
 
-from sonfolio.config import Export
+    from sonfolio.config import Export
 
 ENCODER = "encoder_model.onnx"
-DECODER = "decoder_model_merged.onnx"
-ONNX_FILES = (ENCODER, DECODER)
+DECODER = "decoder_model_merged.onnx"  # the first step and the steps with past, one file
+ONNX_FILES = (ENCODER, DECODER)  # what ORTModel loads from a variant folder
+UNMERGED = ("decoder_model.onnx", "decoder_with_past_model.onnx")  # optimum's other layout
 
 
 class OnnxFileError(ValueError):
@@ -32,6 +35,8 @@ def load_onnx(path: Path) -> onnx.ModelProto:
     Raises:
         OnnxFileError: naming the file, when it is missing, not ONNX, or fails onnx.checker.
     """
+    import onnx
+
     if not path.is_file():
         raise OnnxFileError(f"{path} is missing: rerun the export stage that writes it")
     try:
