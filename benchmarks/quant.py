@@ -2,7 +2,7 @@
 
     python -m benchmarks.quant [--reuse]
 
-Runs the bench stage for every track (tasks.bench's `run()` with params.yaml; the exported
+Runs the bench stage for every track (tasks.bench's `run_with_params`; the exported
 variants under ${paths.tracks.<track>.export} must exist: run the export stage first), or
 with `--reuse` reads the metrics it last wrote. Writes
 benchmarks/results/quant.json (per track and variant: the bench figures plus `size_ratio`,
@@ -35,24 +35,9 @@ TARGETS = {"int8_size_ratio_max": 0.28, "int8_speedup_min": 2.0, "int8_vs_ct2_ma
 
 
 def run_benches(params: Params) -> dict[str, dict[str, Any]]:
-    from sonfolio import tracks
-    from tasks.bench import run
+    from tasks.bench import run_with_params
 
-    out = {}
-    for track in params.paths.tracks:
-        paths = params.paths.track(track)
-        out[track] = run(
-            tracks.get(track),
-            params.bench,
-            params.section(track, "bench"),
-            params.export,
-            params.section(track, "train").decode_max_tokens,
-            paths.data,
-            paths.model,
-            paths.export,
-            params.paths.metrics / f"{track}_bench.json",
-        )
-    return out
+    return {track: run_with_params(params, track) for track in params.paths.tracks}
 
 
 def read_benches(params: Params) -> dict[str, dict[str, Any]]:

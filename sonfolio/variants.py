@@ -32,6 +32,7 @@ import torch
 from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerBase
 
 from sonfolio import cpu, tracks
+from sonfolio.export.layout import DECODER, ENCODER, UNMERGED
 from sonfolio.train import ctc
 
 log = logging.getLogger(__name__)
@@ -39,11 +40,8 @@ log = logging.getLogger(__name__)
 # config.json's model_type -> the track whose definition (sonfolio.tracks) says how it loads
 TRACKS = {"vision-encoder-decoder": "score", "whisper": "speech"}
 TORCH_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
-ENCODER = "encoder_model.onnx"
-DECODERS = (  # optimum's standard names: a merged decoder, or a decoder + one with past
-    ("decoder_model_merged.onnx",),
-    ("decoder_model.onnx", "decoder_with_past_model.onnx"),
-)
+# optimum's layouts: a merged decoder, or a decoder + one with past
+DECODERS = ((DECODER,), UNMERGED)
 
 
 class VariantError(ValueError):
@@ -238,7 +236,7 @@ def _greedy_loop(folder: Path, provider: str, threads: int | None) -> Any:
     start, eos = config.get("decoder_start_token_id"), config.get("eos_token_id")
     if set(config) - _PLAIN_GENERATION or not isinstance(start, int) or not isinstance(eos, int):
         return None
-    from sonfolio.export import OnnxFileError
+    from sonfolio.export.layout import OnnxFileError
     from sonfolio.infer.ortloop import OrtGreedy
 
     _onnx_files(folder)  # names a missing file as optimum would
@@ -250,7 +248,7 @@ def _greedy_loop(folder: Path, provider: str, threads: int | None) -> Any:
 
 def _ctc_loop(folder: Path, provider: str, threads: int | None, blank: int) -> Any:
     """sonfolio.infer.ortloop.OrtCtc over the folder's encoder (which carries the CTC head)."""
-    from sonfolio.export import OnnxFileError
+    from sonfolio.export.layout import OnnxFileError
     from sonfolio.infer.ortloop import OrtCtc
 
     _onnx_files(folder)  # names a missing file as optimum would

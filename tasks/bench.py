@@ -14,7 +14,7 @@ Writes: ${paths.metrics}/<track>_bench.json: per variant size, peak RSS, latency
 Variants: torch FP32, torch bf16 (where the device has it), ORT fp32 / int8 / int4 (PTQ, and
 QAT once exported), each also through the plain greedy loop (bench.lean_loop). What differs
 between tracks (inputs, quality, gate, peer engines) the track's definition says; how each
-figure is measured, sonfolio/bench.py.
+figure is measured, sonfolio.bench.
 """
 
 from __future__ import annotations
@@ -28,9 +28,12 @@ from typing import Any
 from transformers import AutoTokenizer
 
 from sonfolio import tracks
-from sonfolio.bench import Case, Track, bench_track, bf16_support, finish, peer_case
-from sonfolio.config import Bench, Export, load_params
-from sonfolio.export import ONNX_FILES, variant_names
+from sonfolio.bench.case import Case
+from sonfolio.bench.peer import peer_case
+from sonfolio.bench.torch_runtime import bf16_support
+from sonfolio.bench.track import Track, bench_track, finish
+from sonfolio.config import Bench, Export, Params, load_params
+from sonfolio.export.layout import file_sizes, variant_names
 from sonfolio.io import read_jsonl
 from sonfolio.logs import setup_logging
 
@@ -69,7 +72,7 @@ def sizes_of(cases: list[Case]) -> dict[str, int]:
     def size(case: Case) -> int:
         folder = Path(case.folder)
         if case.runtime in ("ort", "ort_loop"):
-            return sum((folder / f).stat().st_size for f in ONNX_FILES)
+            return file_sizes(folder)["bytes"]
         if case.runtime == "ct2":
             return (folder / "model.bin").stat().st_size
         per_param = 2 if case.dtype == "bf16" else 1  # bf16 halves the FP32 file in memory
@@ -94,7 +97,7 @@ def run(
 
     Raises:
         ValueError: the manifest has no test rows.
-        QualityGateFailed (sonfolio.bench): past the gate's allowance, with fail_on_gate set.
+        QualityGateFailed (sonfolio.bench.track): past the gate's allowance, with fail_on_gate set.
     """
     stage = f"bench@{track.name}"
     tok = AutoTokenizer.from_pretrained(str(model))
@@ -134,12 +137,11 @@ def run(
     return finish(metrics, failures, cfg, metrics_path, stage)
 
 
-def main() -> None:
-    setup_logging()
-    name = tracks.from_argv(sys.argv[1:], "bench")
-    params = load_params()
+def run_with_params(params: Params, name: str) -> dict[str, Any]:
+    """`run` for track `name` with its inputs as params.yaml gives them: the stage's wiring,
+    which benchmarks/quant.py runs too."""
     paths = params.paths.track(name)
-    run(
+    return run(
         tracks.get(name),
         params.bench,
         params.section(name, "bench"),
@@ -150,6 +152,11 @@ def main() -> None:
         paths.export,
         params.paths.metrics / f"{name}_bench.json",
     )
+
+
+def main() -> None:
+    setup_logging()
+    run_with_params(load_params(), tracks.from_argv(sys.argv[1:], "bench"))
 
 
 if __name__ == "__main__":

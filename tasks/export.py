@@ -11,7 +11,7 @@ Writes: ${paths.tracks.<track>.export}/{fp32,int8_ptq,int4_ptq,int8_qat,int4_qat
 
 The QAT variants (int8_qat, int4_qat) are built once the qat stage has written its models
 (docs/export.md). What differs between tracks (optimum's export task, the model card's texts)
-the track's definition says; the routes are sonfolio/export.py's.
+the track's definition says; the routes are sonfolio.export's.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 
 from sonfolio import tracks
 from sonfolio.config import Export, TrackExport, load_params
-from sonfolio.export import export_track, sources
+from sonfolio.export.track import export_track, sources
 from sonfolio.io import write_json
 from sonfolio.logs import setup_logging
 
@@ -45,7 +45,7 @@ def run(
 
     Raises:
         FileNotFoundError: `qat_model` holds no QAT model.
-        OnnxFileError (sonfolio.export): an export wrote no merged decoder, or an int8 file
+        OnnxFileError (sonfolio.export.layout): an export wrote no merged decoder, or an int8 file
             kept FP32 weights.
     """
     metrics = export_track(track, cfg, card, sources(cfg, fp32_model, qat_model), out)

@@ -205,7 +205,8 @@ def test_audio_cuts_that_do_not_fit_the_model_window_fail_at_load(files, capsys,
 @pytest.mark.slow
 def test_read_and_transcribe_with_int8_onnx_exports(files, capsys, params):
     """The default route: models exported and quantized by the export stages' own functions."""
-    from sonfolio.export import export_fp32, quantize_int8
+    from sonfolio.export.fp32 import export_fp32
+    from sonfolio.export.int8 import quantize_int8
 
     exported = {}
     for track, task in (

@@ -150,7 +150,7 @@ class ScoreTrack:
         return decode_max_tokens
 
     def bench_peers(self, gate: Any) -> tuple[list[str], dict[str, str]]:
-        """Other engines measured beside the variants (sonfolio.bench.peer_case), and those
+        """Other engines measured beside the variants (sonfolio.bench.peer.peer_case), and those
         left out with why: none reads scores."""
         return [], {}
 

@@ -162,7 +162,7 @@ class SpeechTrack:
         return min(decode_max_tokens, int(positions) // 2 - 2)
 
     def bench_peers(self, gate: Any) -> tuple[list[str], dict[str, str]]:
-        """Other engines measured beside the variants (sonfolio.bench.peer_case), and those
+        """Other engines measured beside the variants (sonfolio.bench.peer.peer_case), and those
         left out with why: CTranslate2's Whisper in int8, faster-whisper's engine."""
         if gate.ctranslate2:
             return ["ct2_int8"], {}

@@ -62,7 +62,7 @@ def loop_spec() -> Any:
 
 
 def _loop_spec(folder: Path, track: str) -> Any:
-    from sonfolio.bench import Case, Spec
+    from sonfolio.bench.case import Case, Spec
 
     return Spec(
         case=Case("ortloop_int8_ptq", "ort_loop", str(folder)),
