@@ -19,7 +19,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from sonfolio.config import TrainLoop
 from sonfolio.evaluation import greedy_decode
 from sonfolio.train.device import Backend
-from sonfolio.train.engine import Track
+from sonfolio.train.run import Track
 
 
 @dataclass
