@@ -1,6 +1,7 @@
-"""One part's measures read in order as bars: their events, length, and the clef, key and
-time in force, carried from measure to measure; a measure that cannot become canonical text is
-kept as a bar with an `error` (the reason its system is dropped).
+"""A part's measures read in order as bars, with the clef, key and time in force.
+
+Clef, key and time carry from measure to measure; a measure that cannot become canonical text
+is kept as a bar with an `error` (the reason its system is dropped).
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
-"""Notes, rests and chords of one measure as canonical LilyPond events: pitches, durations
-(split into tied pieces where one token cannot say it) and `\\tuplet` groups.
+"""A measure's notes, rests and chords as canonical LilyPond events, tuplets included.
+
+Durations one token cannot say are split into tied pieces; music21's tuplet marks open and
+close `\\tuplet` groups.
 
 Pitches are written pitch, as music21 holds them (sonfolio.score.convert transposes a part
 held at sounding pitch first). Anything the grammar cannot say raises Drop, whose reason is

@@ -1,5 +1,6 @@
-"""Music files to music21 scores: MusicXML, kern and ABC, an ABC file of many tunes one tune
-at a time; a file (or tune) that yields no music raises SourceError with a short reason.
+"""Music files to music21 scores: MusicXML, kern and ABC (a file of many tunes, tune by tune).
+
+A file (or tune) that yields no music raises SourceError with a short reason.
 """
 
 from __future__ import annotations

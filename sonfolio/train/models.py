@@ -1,5 +1,7 @@
-"""What both tracks' model builders do alike: refuse a GPU size on a CPU, load a checkpoint
-from the hub or a folder, and give the decoder the tokenizer's special tokens.
+"""What both tracks' model builders do alike: size check, checkpoint loading, special tokens.
+
+A GPU size is refused on a CPU before any work; a checkpoint is loaded from the hub or a folder
+with an error that names the setting; the decoder gets the tokenizer's special tokens.
 """
 
 from __future__ import annotations

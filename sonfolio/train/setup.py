@@ -1,5 +1,7 @@
-"""A track made ready to train: what a track's definition gives the train and QAT steps,
-`sonfolio estimate`, doctor and the train-step benchmark (`TRACK.training(params)`).
+"""A track made ready to train: its model, datasets and the engine's Track over them.
+
+What a track's definition gives the train and QAT steps, `sonfolio estimate`, doctor and the
+train-step benchmark (`TRACK.training(params)`).
 
 Each track's own side is `Training` in sonfolio/<track>/track.py; what both sides do alike is
 here: the datasets of every split, the engine's Track built over them (`prepare`, given how

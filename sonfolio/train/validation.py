@@ -1,5 +1,7 @@
-"""Validation during training: the token-weighted val loss, the best weights kept beside the
-checkpoints, early stopping, and the best weights put back into the model at the end.
+"""Validation during training: the val loss, the best weights kept, early stopping.
+
+The loss is token-weighted over all processes; the best weights are saved beside the
+checkpoints and put back into the model at the end.
 """
 
 from __future__ import annotations
