@@ -39,7 +39,8 @@ from benchmarks import console
 from sonfolio import tracks
 from sonfolio.config import EngineOptions, Params, load_params
 from sonfolio.io import write_json
-from sonfolio.train.engine import RunPaths, train
+from sonfolio.train.engine import train
+from sonfolio.train.run import RunPaths
 
 RESULTS = Path("benchmarks/results/train_step.json")
 COMPARED = Path("benchmarks/results/train_compare.json")

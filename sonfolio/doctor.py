@@ -1,7 +1,7 @@
 """`sonfolio doctor`: what this machine is, how fast it multiplies matrices, and what the
 training engine would choose for each track, before anything trains.
 
-The choices come from the engine's own functions (sonfolio.train.device / speed / engine), so
+The choices come from the engine's own functions (sonfolio.train.device / speed / batch), so
 doctor cannot drift from what a run does. Models are built on the `meta` device (shapes only,
 no memory, no time) to read their attention kernel and size. Fast: about 1-2 s on a CPU,
 plus the torch.compile check when a preset enables compile.
@@ -24,7 +24,8 @@ from torch import nn
 
 from sonfolio import cpu, tracks
 from sonfolio.config import EngineOptions, Params, TrainLoop
-from sonfolio.train import engine, speed
+from sonfolio.train import speed
+from sonfolio.train.batch import fixed_micro_batch
 from sonfolio.train.device import (
     Backend,
     DeviceCannotDo,
@@ -167,7 +168,9 @@ def _micro_batch(
         known = f"; cached: {sorted(set(found.values()))}" if found else ""
         return f"auto: the largest divisor of {per_process} that runs a real step{known}"
     # the engine's own rule; with these settings it needs neither the model nor the Accelerator
-    micro, why = engine._micro_batch(None, opts, per_process, None, backend, precision, cache)  # type: ignore[arg-type]
+    fixed = fixed_micro_batch(opts, per_process, backend)
+    assert fixed is not None  # only auto on a GPU searches, and that returned above
+    micro, why = fixed
     return f"{micro} x {per_process // micro} accumulation ({why})"
 
 

@@ -2,7 +2,7 @@
 
 For each track it builds the configured model and data exactly as the training stage does
 (its definition's `training`, sonfolio/<track>/track.py, on the real data folders), runs real
-optimizer steps through the engine (`sonfolio.train.engine.Run.step`, the first `warmup_steps`
+optimizer steps through the engine (`sonfolio.train.run.Run.step`, the first `warmup_steps`
 untimed), and turns the measured seconds per step into hours and dollars for a target number
 of steps on each GPU of a price table (sonfolio/gpu_prices.yaml, or `estimate.prices`).
 
@@ -34,8 +34,8 @@ from torch.utils.data import Dataset
 from sonfolio import tracks
 from sonfolio.config import EngineOptions, Params, Strict, TrainLoop
 from sonfolio.train.device import Backend, choose_precision, detect_backend
-from sonfolio.train.engine import Run, RunPaths, Track
 from sonfolio.train.observe import peak_flops
+from sonfolio.train.run import Run, RunPaths, Track
 
 log = logging.getLogger(__name__)
 

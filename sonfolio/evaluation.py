@@ -16,7 +16,7 @@ import torch
 from rich.progress import Progress
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from sonfolio.train.engine import INDICES, model_inputs
+from sonfolio.train.samples import INDICES, model_inputs
 
 
 @torch.no_grad()

@@ -34,7 +34,8 @@ from sonfolio.config import EngineOptions, QatTrain
 from sonfolio.io import staged_dir, write_json
 from sonfolio.train import checkpoint, ctc
 from sonfolio.train.device import choose_precision, detect_backend
-from sonfolio.train.engine import RunPaths, Track, train
+from sonfolio.train.engine import train
+from sonfolio.train.run import RunPaths, Track
 
 log = logging.getLogger(__name__)
 

@@ -33,7 +33,8 @@ from sonfolio.io import staged_dir, write_json
 from sonfolio.logs import setup_logging
 from sonfolio.train import checkpoint, ctc
 from sonfolio.train.device import choose_precision, detect_backend
-from sonfolio.train.engine import RunPaths, train
+from sonfolio.train.engine import train
+from sonfolio.train.run import RunPaths
 from sonfolio.train.setup import Training
 
 log = logging.getLogger(__name__)

@@ -45,7 +45,7 @@ def save_score(
 ) -> Path:
     """A tiny VisionEncoderDecoder for SHAPE images, trained `steps` steps on (pixels, texts)
     when pixels are given ((B, 1, H, W), ink = 1), saved as score_train saves it."""
-    from sonfolio.score.batches import label_ids
+    from sonfolio.train.samples import label_ids
 
     torch.manual_seed(0)
     tok = train_bpe(texts * 4, 300, 1, max_length)
@@ -77,7 +77,7 @@ def save_speech(
     """A tiny Whisper with a `window_s` window, its BPE trained on `corpus` (default: texts),
     trained `steps` steps on (audio, texts) when audio is given (16 kHz float arrays), saved
     as speech_train saves it."""
-    from sonfolio.speech.batches import label_ids
+    from sonfolio.train.samples import label_ids
 
     torch.manual_seed(0)
     texts = texts or ["il fait beau à Paris", "bonjour"]

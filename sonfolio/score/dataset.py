@@ -23,16 +23,10 @@ from typing import Any
 
 from sonfolio.config import ScoreData, ScoreSplit
 from sonfolio.parallel import pool_map, worker_count
-from sonfolio.score.canonical import symbols
-from sonfolio.score.convert import (
-    SourceError,
-    System,
-    abc_tune_score,
-    abc_tunes,
-    pieces_from_file,
-    systems_from_score,
-)
+from sonfolio.score.canonical import System, symbols
+from sonfolio.score.convert import systems_from_score
 from sonfolio.score.lilypond import find_lilypond
+from sonfolio.score.parse import SourceError, abc_tune_score, abc_tunes, pieces_from_file
 from sonfolio.score.render import RenderJob, RenderSettings, render_batch
 from sonfolio.score.sources import Unit, list_units
 from sonfolio.score.synth import synth_systems

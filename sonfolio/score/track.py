@@ -7,7 +7,6 @@ and image processor, and the held-out token error rate the train step reports.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,14 +16,11 @@ from transformers import AutoTokenizer, VisionEncoderDecoderModel, ViTImageProce
 
 from sonfolio.config import ScoreTrain
 from sonfolio.evaluation import examples, most_common, token_error_rate
-from sonfolio.io import read_jsonl
 from sonfolio.score.batches import ScoreSystems, collate
 from sonfolio.score.model import attention_kernels, build, check_size
 from sonfolio.train import ctc
 from sonfolio.train.device import Backend
-from sonfolio.train.setup import Setup, engine_track, read_split, split_sets
-
-log = logging.getLogger(__name__)
+from sonfolio.train.setup import Reading, Setup, prepare, read_splits
 
 EVAL_SPLITS = ("heldout", "test")  # decoded after training: whole unseen collections, and test
 
@@ -66,7 +62,6 @@ class ScoreTraining:
         """The model (seeded, marked to decode as `cfg.decode` says; or `model`, e.g. a
         QAT-prepared one), the datasets of every split, the tokenizer and image processor."""
         tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
-        rows = read_jsonl(data / "manifest.jsonl")
         set_seed(self.cfg.seed)
         if model is None:
             model = build(self.cfg.model, tok, self.width)
@@ -74,28 +69,7 @@ class ScoreTraining:
         shape = tuple(model.config.encoder.image_size)
         max_tokens = getattr(model.config.decoder, "n_positions", None) or 10**9
         start = model.config.decoder_start_token_id
-        sets = split_sets(
-            rows,
-            lambda split_rows: ScoreSystems(split_rows, data, tok, start, shape, max_tokens),
-            EVAL_SPLITS,
-            data / "manifest.jsonl",
-            "data@score",
-        )
         (height, width), (ph, pw) = shape, model.config.encoder.patch_size
-        track = engine_track(
-            model,
-            sets,
-            collate,
-            model.encoder,
-            (height // ph) * (width // pw),  # patches: the encoder's positions
-            f"{height}x{width}",
-            name or "score_train",
-        )
-        log.info(
-            "score model: %.2f M parameters; attention: %s",
-            model.num_parameters() / 1e6,
-            attention_kernels(model),
-        )
         # grey pixels in [0, 1], ink = 1, padded to (height, width): sonfolio.score.batches
         images = ViTImageProcessor(
             do_resize=False,
@@ -103,7 +77,15 @@ class ScoreTraining:
             do_normalize=False,
             size={"height": height, "width": width},
         )
-        return Setup(track, sets, tok, [tok, images])
+        reading = Reading(
+            lambda rows: ScoreSystems(rows, data, tok, start, shape, max_tokens),
+            collate,
+            model.encoder,
+            (height // ph) * (width // pw),  # patches: the encoder's positions
+            f"{height}x{width}",
+            [tok, images],
+        )
+        return prepare(model, reading, data, EVAL_SPLITS, "score", name, attention_kernels(model))
 
     def evaluate(self, model: VisionEncoderDecoderModel, setup: Setup) -> dict[str, Any]:
         """How the model reads (decode), and per held-out split the TER of greedy decoding
@@ -113,13 +95,10 @@ class ScoreTraining:
         metrics: dict[str, Any] = {"decode": self.cfg.decode}
         constant = most_common([r["text"] for r in setup.sets["train"].rows])
         generate = ctc.generate_fn(model) if ctc.decodes_with_ctc(model.config) else None
-        for split in EVAL_SPLITS:
-            dataset = setup.sets[split]
-            if not len(dataset):
-                continue
-            rows, hyps = read_split(
-                model, dataset, collate, setup, "pixel_values", self.cfg.decode_max_tokens, generate
-            )
+        max_new = self.cfg.decode_max_tokens
+        for split, dataset, rows, hyps in read_splits(
+            model, setup, EVAL_SPLITS, "pixel_values", max_new, generate
+        ):
             refs = [r["text"] for r in rows]
             guess = [constant] * len(refs)
             metrics |= {

@@ -8,7 +8,6 @@ does.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,14 +17,11 @@ from transformers import AutoFeatureExtractor, AutoTokenizer, WhisperForConditio
 
 from sonfolio.config import SpeechTrain
 from sonfolio.evaluation import char_error_rate, examples, most_common, word_error_rate
-from sonfolio.io import read_jsonl
 from sonfolio.speech.batches import SpeechClips, collate
 from sonfolio.speech.model import attention_kernels, build, check_size
 from sonfolio.speech.normalize import normalize
 from sonfolio.train.device import Backend
-from sonfolio.train.setup import Setup, engine_track, read_split, split_sets
-
-log = logging.getLogger(__name__)
+from sonfolio.train.setup import Reading, Setup, prepare, read_splits
 
 EVAL_SPLITS = ("test",)  # decoded after training: unseen sentences and voices
 
@@ -68,33 +64,19 @@ class SpeechTraining:
         split, the tokenizer and feature extractor."""
         tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
         features = AutoFeatureExtractor.from_pretrained(str(tokenizer_dir))
-        rows = read_jsonl(data / "manifest.jsonl")
         set_seed(self.cfg.seed)
         model = model if model is not None else build(self.cfg.model, tok, features)
         start = model.config.decoder_start_token_id
         max_tokens = model.config.max_target_positions
-        sets = split_sets(
-            rows,
-            lambda split_rows: SpeechClips(split_rows, data, features, tok, start, max_tokens),
-            EVAL_SPLITS,
-            data / "manifest.jsonl",
-            "data@speech",
-        )
-        track = engine_track(
-            model,
-            sets,
+        reading = Reading(
+            lambda rows: SpeechClips(rows, data, features, tok, start, max_tokens),
             collate,
             model.model.encoder,
             model.config.max_source_positions,
             f"{features.feature_size}x{features.chunk_length}s",
-            name or "speech_train",
+            [tok, features],
         )
-        log.info(
-            "speech model: %.2f M parameters; attention: %s",
-            model.num_parameters() / 1e6,
-            attention_kernels(model),
-        )
-        return Setup(track, sets, tok, [tok, features])
+        return prepare(model, reading, data, EVAL_SPLITS, "speech", name, attention_kernels(model))
 
     def evaluate(self, model: WhisperForConditionalGeneration, setup: Setup) -> dict[str, Any]:
         """Per held-out split, CER and WER of greedy decoding on normalised text
@@ -105,19 +87,13 @@ class SpeechTraining:
         kwargs = {"language": self.cfg.model.language} if self.cfg.model.language else {}
         # the start token counts against the decoder's positions
         max_new = min(self.cfg.decode_max_tokens, model.config.max_target_positions - 1)
-        for split in EVAL_SPLITS:
-            dataset = setup.sets[split]
-            if not len(dataset):
-                continue
-            rows, hyps = read_split(
-                model,
-                dataset,
-                collate,
-                setup,
-                "input_features",
-                max_new,
-                generate=lambda x, **kw: model.generate(x, **kw, **kwargs),
-            )
+
+        def generate(x: Any, **kw: Any) -> Any:
+            return model.generate(x, **kw, **kwargs)
+
+        for split, dataset, rows, hyps in read_splits(
+            model, setup, EVAL_SPLITS, "input_features", max_new, generate
+        ):
             refs = [r["text_norm"] for r in rows]
             norm = [normalize(h) for h in hyps]
             guess = [constant] * len(refs)

@@ -1,14 +1,17 @@
-"""A track made ready to train: what a track's definition gives the train and QAT steps,
-`sonfolio estimate`, doctor and the train-step benchmark (`TRACK.training(params)`).
+"""A track made ready to train: its model, datasets and the engine's Track over them.
+
+What a track's definition gives the train and QAT steps, `sonfolio estimate`, doctor and the
+train-step benchmark (`TRACK.training(params)`).
 
 Each track's own side is `Training` in sonfolio/<track>/track.py; what both sides do alike is
-here: the datasets of every split, the engine's Track built over them, and the greedy reading
-of a held-out split.
+here: the datasets of every split, the engine's Track built over them (`prepare`, given how
+the track's model reads), and the greedy reading of the held-out splits.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -18,8 +21,11 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from sonfolio.config import TrainLoop
 from sonfolio.evaluation import greedy_decode
+from sonfolio.io import read_jsonl
 from sonfolio.train.device import Backend
-from sonfolio.train.engine import Track
+from sonfolio.train.run import Track
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -75,6 +81,46 @@ class Training(Protocol):
         splits against a constant guess, and how the model reads."""
 
 
+@dataclass(frozen=True)
+class Reading:
+    """How a track's model reads its data: what `prepare` needs besides the model."""
+
+    dataset: Callable[[list[dict[str, Any]]], Dataset]  # a split's manifest rows -> dataset
+    collate: Callable[[list[Any]], dict[str, Any]]
+    encoder: PreTrainedModel
+    positions: int  # the encoder's sequence length (patches, or audio frames after the convs)
+    shape: str  # the input's shape, for the micro-batch cache key
+    processors: list[Any]  # Setup.processors: the tokenizer, then the image / audio processor
+
+
+def prepare(
+    model: PreTrainedModel,
+    reading: Reading,
+    data: Path,
+    eval_splits: tuple[str, ...],
+    track: str,
+    name: str | None,
+    kernels: str,
+) -> Setup:
+    """The Setup of `model` over the datasets of every split of `data`'s manifest;
+    `name`: the stage in logs and cache keys (default <track>_train); `kernels`: the model's
+    attention implementations, for the log.
+
+    Raises:
+        ValueError: the manifest has no train or no val rows.
+    """
+    manifest = data / "manifest.jsonl"
+    sets = split_sets(read_jsonl(manifest), reading.dataset, eval_splits, manifest, f"data@{track}")
+    engine = engine_track(model, sets, reading, name or f"{track}_train")
+    log.info(
+        "%s model: %.2f M parameters; attention: %s",
+        track,
+        model.num_parameters() / 1e6,
+        kernels,
+    )
+    return Setup(engine, sets, reading.processors[0], reading.processors)
+
+
 def split_sets(
     rows: list[dict[str, Any]],
     make: Callable[[list[dict[str, Any]]], Dataset],
@@ -97,21 +143,15 @@ def split_sets(
 
 
 def engine_track(
-    model: PreTrainedModel,
-    sets: dict[str, Any],
-    collate: Callable[[list[Any]], dict[str, Any]],
-    encoder: PreTrainedModel,
-    positions: int,
-    shape: str,
-    name: str,
+    model: PreTrainedModel, sets: dict[str, Any], reading: Reading, name: str
 ) -> Track:
-    """The engine's Track over the train and val sets. `positions`: the encoder's sequence
-    length (patches, or audio frames after the convolutions); `shape`: the input's shape, for
-    the micro-batch cache key."""
+    """The engine's Track over the train and val sets."""
     train_set = sets["train"]
     longest = train_set[train_set.longest()]
     mean_tokens = sum(map(len, train_set.labels)) / len(train_set)
-    enc = encoder.num_parameters()
+    enc = reading.encoder.num_parameters()
+    dec = model.num_parameters() - enc
+    collate = reading.collate
     return Track(
         model=model,
         train_set=train_set,
@@ -119,26 +159,29 @@ def engine_track(
         collate=collate,
         probe_batch=lambda n: collate([longest] * n),
         # ~6 x params x tokens: the encoder runs over its positions, the decoder per label
-        flops_per_sample=6 * (enc * positions + (model.num_parameters() - enc) * mean_tokens),
-        shape=shape,
+        flops_per_sample=6 * (enc * reading.positions + dec * mean_tokens),
+        shape=reading.shape,
         name=name,
         lengths=[len(x) for x in train_set.labels],
     )
 
 
-def read_split(
+def read_splits(
     model: PreTrainedModel,
-    dataset: Any,
-    collate: Callable[[list[Any]], dict[str, Any]],
     setup: Setup,
+    splits: tuple[str, ...],
     input_key: str,
     max_new_tokens: int,
     generate: Callable[..., Any] | None = None,
-) -> tuple[list[dict[str, Any]], list[str]]:
-    """The manifest rows of `dataset` that greedy decoding read (unreadable samples are
-    left out), and the texts it read for them."""
-    loader = DataLoader(dataset, batch_size=64, collate_fn=collate)
-    done, hyps = greedy_decode(
-        model, loader, setup.tokenizer, input_key, max_new_tokens, len(dataset), generate
-    )
-    return [dataset.rows[i] for i in done], hyps
+) -> Iterator[tuple[str, Any, list[dict[str, Any]], list[str]]]:
+    """(split, dataset, rows, texts) of greedy decoding for each non-empty split of `splits`:
+    the manifest rows it read (unreadable samples are left out) and the texts it read."""
+    for split in splits:
+        dataset = setup.sets[split]
+        if not len(dataset):
+            continue
+        loader = DataLoader(dataset, batch_size=64, collate_fn=setup.track.collate)
+        done, hyps = greedy_decode(
+            model, loader, setup.tokenizer, input_key, max_new_tokens, len(dataset), generate
+        )
+        yield split, dataset, [dataset.rows[i] for i in done], hyps

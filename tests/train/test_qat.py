@@ -13,7 +13,7 @@ from tiny import WIDTH, run_tiny, tiny_config
 from sonfolio import qat
 from sonfolio.score.model import load_trained
 from sonfolio.train.ctc import HEAD_FILE
-from sonfolio.train.engine import Run
+from sonfolio.train.run import Run
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from transformers import (
     WhisperForConditionalGeneration,
 )
 
-from sonfolio.train.engine import TooManyBadSamples
+from sonfolio.train.run import TooManyBadSamples
 from sonfolio.train.stability import TrainingDiverged
 
 SCORE_LOSSES = [22.9333, 14.0483]  # pinned: a change here is a change in what training computes
