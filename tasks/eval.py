@@ -42,15 +42,7 @@ EvalConfig = ScoreEval | SpeechEval  # the fields read here are common to every 
 class Scorer(Protocol):
     """A track's scoring of one variant's outputs on one split (its definition's eval_scorer)."""
 
-    def score(
-        self,
-        variant: str,
-        split: str,
-        rows: list[dict],
-        hyps: list[str],
-        decode_s: float,
-        folder: Path,
-    ) -> dict[str, Any]:
+    def score(self, decoded: variants.Decoded, folder: Path) -> dict[str, Any]:
         """The split's metrics; writes predictions.jsonl and the track's samples into folder."""
         ...
 
@@ -126,7 +118,8 @@ def run(
             t0 = time.perf_counter()
             hyps = decode(track, v, chosen, data, cfg)
             decode_s = time.perf_counter() - t0
-            m = scorer.score(v.name, split, chosen, hyps, decode_s, tmp / v.name / split)
+            decoded = variants.Decoded(v.name, split, chosen, hyps, decode_s)
+            m = scorer.score(decoded, tmp / v.name / split)
             shown = ", ".join(f"{k} {m[k]:.3f}" for k in track.eval_delta_keys)
             log.info("%s %s: %s", v.name, split, shown)
             return _round(m)

@@ -4,6 +4,7 @@ with optimum-onnx as the export stages do (tokenizer and processor copied beside
 
 from __future__ import annotations
 
+import csv
 import shutil
 from pathlib import Path
 
@@ -105,3 +106,9 @@ def export(src: Path, dest: Path, task: str, **shapes: int) -> Path:
         shutil.copy(src / name, dest / name)
     shutil.copy(src / "preprocessor_config.json", dest / "preprocessor_config.json")
     return dest
+
+
+def quality_csv(out: Path) -> list[dict[str, str]]:
+    """The rows of the eval's quality.csv under `out` (the `dvc plots` data), in file order."""
+    with (out / "quality.csv").open() as f:
+        return list(csv.DictReader(f))

@@ -21,6 +21,7 @@ from sonfolio.io import write_jsonl
 from sonfolio.score import compile_check, metrics
 from sonfolio.score.batches import load_image, to_pixel_values
 from sonfolio.score.panels import side_by_side
+from sonfolio.variants import Decoded
 
 
 def inputs(variant: Any, rows: list[dict], data: Path) -> torch.Tensor:
@@ -100,17 +101,10 @@ class Scorer:
         self.cfg, self.data, self.exe, self.work = cfg, data, lilypond, work
         self.truths = TruthRenders(work / "truth", lilypond, cfg)
 
-    def score(
-        self,
-        variant: str,
-        split: str,
-        rows: list[dict],
-        hyps: list[str],
-        decode_s: float,
-        folder: Path,
-    ) -> dict[str, Any]:
-        """Metrics of `variant`'s predictions `hyps` on `rows`; writes predictions.jsonl and
+    def score(self, decoded: Decoded, folder: Path) -> dict[str, Any]:
+        """Metrics of one variant's predictions on one split; writes predictions.jsonl and
         the side-by-side images (worst_NN.png, random_NN.png) into `folder`."""
+        variant, split, rows, hyps = decoded.variant, decoded.split, decoded.rows, decoded.hyps
         refs = [r["text"] for r in rows]
         quality, scores = metrics.summarize(refs, hyps)
         picks = choose_examples(scores, self.cfg, split)
@@ -140,8 +134,8 @@ class Scorer:
         return {
             **quality,
             **compile_check.summarize(results),
-            "decode_s": round(decode_s, 2),
-            "systems_per_s": round(len(rows) / decode_s, 2),
+            "decode_s": round(decoded.decode_s, 2),
+            "systems_per_s": round(len(rows) / decoded.decode_s, 2),
             "compile_s": round(compile_s, 2),
         }
 

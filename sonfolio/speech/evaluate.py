@@ -21,6 +21,7 @@ from sonfolio.io import write_json, write_jsonl
 from sonfolio.speech import metrics
 from sonfolio.speech.audio import SAMPLE_RATE, decode
 from sonfolio.speech.normalize import normalize
+from sonfolio.variants import Decoded
 
 
 def inputs(variant: Any, rows: list[dict], data: Path) -> torch.Tensor:
@@ -63,17 +64,10 @@ class Scorer:
     def rates(self, refs: list[str], hyps: list[str]) -> dict[str, float]:
         return error_rates(self.wer, self.cer, refs, hyps)
 
-    def score(
-        self,
-        variant: str,
-        split: str,
-        rows: list[dict],
-        hyps: list[str],
-        decode_s: float,
-        folder: Path,
-    ) -> dict[str, Any]:
-        """Metrics of `variant`'s transcripts `hyps` on `rows` (overall and per voice); writes
+    def score(self, decoded: Decoded, folder: Path) -> dict[str, Any]:
+        """Metrics of one variant's transcripts on one split (overall and per voice); writes
         predictions.jsonl and worst.json into `folder`."""
+        rows, hyps, decode_s = decoded.rows, decoded.hyps, decoded.decode_s
         refs = [normalize(r["text"]) for r in rows]
         norm = [normalize(h) for h in hyps]
         result: dict[str, Any] = {**self.rates(refs, norm), "clips": len(rows)}
