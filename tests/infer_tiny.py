@@ -72,6 +72,22 @@ def speech_model(folder: Path, params: Params) -> Path:
     return folder
 
 
+def pages_and_models(root: Path, params: Params) -> dict[str, Path]:
+    """What the inference and service tests read, made under `root`: the first of SYSTEMS
+    engraved (system.png), a page of all three (page.png), and the tiny score and speech
+    models' folders."""
+    systems = render_systems(SYSTEMS)
+    systems[0].save(root / "system.png")
+    stack(systems)[0].save(root / "page.png")
+    return {
+        "root": root,
+        "system": root / "system.png",
+        "page": root / "page.png",
+        "score": score_model(root / "score"),
+        "speech": speech_model(root / "speech", params),
+    }
+
+
 def render_systems(texts: list[str], long_side: int = 640) -> list[Image.Image]:
     """Real engravings, grey, long side resized as score_data does (render.finish_image)."""
     with tempfile.TemporaryDirectory() as tmp:

@@ -12,12 +12,9 @@ from infer_tiny import (
     SPEECH_WINDOW_S,
     SYSTEMS,
     TINY_INFER,
+    pages_and_models,
     params_file,
-    render_systems,
-    score_model,
-    speech_model,
     speech_wav,
-    stack,
 )
 from PIL import Image
 
@@ -29,15 +26,11 @@ from sonfolio.infer.run import Reading, SystemText, _problem, default_model
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory, params):
-    root = tmp_path_factory.mktemp("infer")
-    systems = render_systems(SYSTEMS)
-    systems[0].save(root / "system.png")
-    stack(systems)[0].save(root / "page.png")
+    files = pages_and_models(tmp_path_factory.mktemp("infer"), params)
+    root = files["root"]
     (root / "notes.txt").write_text("not an image, not audio\n")
     return {
-        "root": root,
-        "score": score_model(root / "score"),
-        "speech": speech_model(root / "speech", params),
+        **files,
         "params": params_file(root, **TINY_INFER),
         "wav": speech_wav(root / "short.wav"),
         "long": speech_wav(root / "long.wav", seconds=2.5 * SPEECH_WINDOW_S),
