@@ -49,21 +49,21 @@ def run(
         FileNotFoundError (no trained model), DeviceCannotDo, TooManyBadSamples,
         TrainingDiverged, ValueError.
     """
-    stage = f"{definition.name}_qat"
-    return qat.run_stage(
-        definition.name,
-        cfg,
-        opts,
-        definition.load_trained,
-        fp32,
-        lambda model: training.setup(data, tokenizer_dir, model=model, name=stage).track,
-        [data / "manifest.jsonl", *sorted(tokenizer_dir.glob("*.json"))],
-        out,
-        metrics_path,
-        checkpoints,
-        live,
-        int8_bits,  # train for the grid the export quantizes to
+    job = qat.QatJob(
+        track=definition.name,
+        cfg=cfg,
+        opts=opts,
+        load=definition.load_trained,
+        fp32=fp32,
+        make_track=lambda model: (
+            training.setup(data, tokenizer_dir, model=model, name=f"{definition.name}_qat").track
+        ),
+        inputs=[data / "manifest.jsonl", *sorted(tokenizer_dir.glob("*.json"))],
+        checkpoints=checkpoints,
+        live=live,
+        int8_bits=int8_bits,
     )
+    return qat.run_stage(job, out, metrics_path)
 
 
 def main() -> None:
