@@ -9,9 +9,9 @@ import shutil
 from pathlib import Path
 
 import torch
-from transformers import ViTImageProcessor
 
 from sonfolio.config import Params, ScoreModel, SpeechModel
+from sonfolio.score.batches import image_processor
 from sonfolio.score.model import build as build_score
 from sonfolio.speech.model import build as build_speech
 from sonfolio.speech.processor import build_feature_extractor
@@ -57,12 +57,7 @@ def save_score(
         _train(model, {"pixel_values": pixels}, labels, steps)
     model.save_pretrained(str(folder))
     tok.save_pretrained(str(folder))
-    ViTImageProcessor(
-        do_resize=False,
-        do_rescale=False,
-        do_normalize=False,
-        size={"height": SHAPE[0], "width": SHAPE[1]},
-    ).save_pretrained(str(folder))
+    image_processor(*SHAPE).save_pretrained(str(folder))
     return folder
 
 

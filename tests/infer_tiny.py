@@ -16,9 +16,9 @@ import numpy as np
 import torch
 import yaml
 from PIL import Image
-from transformers import ViTImageProcessor
 
 from sonfolio.config import Params, ScoreModel, SpeechModel
+from sonfolio.score.batches import image_processor
 from sonfolio.score.lilypond import compile_systems, find_lilypond
 from sonfolio.speech.audio import write_wav
 from sonfolio.speech.espeak import synthesize
@@ -48,13 +48,7 @@ def score_model(folder: Path) -> Path:
     model = build(cfg, tok, SCORE_SHAPE[1])
     model.save_pretrained(str(folder))
     tok.save_pretrained(str(folder))
-    height, width = SCORE_SHAPE
-    ViTImageProcessor(
-        do_resize=False,
-        do_rescale=False,
-        do_normalize=False,
-        size={"height": height, "width": width},
-    ).save_pretrained(str(folder))
+    image_processor(*SCORE_SHAPE).save_pretrained(str(folder))
     return folder
 
 

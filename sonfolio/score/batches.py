@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
-from transformers import PreTrainedTokenizerBase
+from transformers import PreTrainedTokenizerBase, ViTImageProcessor
 
 from sonfolio.train import samples
 from sonfolio.train.samples import LabelledRows
@@ -50,12 +50,20 @@ def to_pixel_values(images: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(images).unsqueeze(1).float().div_(255.0)
 
 
-class ScoreSystems(LabelledRows):
-    """Rows of the score manifest (one split) as (image, label ids) pairs.
+def image_processor(height: int, width: int) -> ViTImageProcessor:
+    """The image processor saved beside a score model: it records the canvas (height, width)
+    and changes nothing, as the pixels come prepared (load_image, to_pixel_values)."""
+    return ViTImageProcessor(
+        do_resize=False,
+        do_rescale=False,
+        do_normalize=False,
+        size={"height": height, "width": width},
+    )
 
-    A row whose image cannot be read comes back as {"index": i, "error": ...}; the collate
-    function drops it and lists it, and the engine counts and caps such samples.
-    """
+
+class ScoreSystems(LabelledRows):
+    """Rows of the score manifest (one split) as (image, label ids) pairs; an unreadable
+    image is an error marker (LabelledRows._load)."""
 
     def __init__(
         self,

@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from accelerate.utils import set_seed
-from transformers import AutoTokenizer, VisionEncoderDecoderModel, ViTImageProcessor
+from transformers import AutoTokenizer, VisionEncoderDecoderModel
 
 from sonfolio.config import ScoreTrain
 from sonfolio.evaluation import examples, most_common, token_error_rate
-from sonfolio.score.batches import ScoreSystems, collate
+from sonfolio.score.batches import ScoreSystems, collate, image_processor
 from sonfolio.score.model import attention_kernels, build, check_size
 from sonfolio.train import ctc
 from sonfolio.train.device import Backend
@@ -70,13 +70,7 @@ class ScoreTraining:
         max_tokens = getattr(model.config.decoder, "n_positions", None) or 10**9
         start = model.config.decoder_start_token_id
         (height, width), (ph, pw) = shape, model.config.encoder.patch_size
-        # grey pixels in [0, 1], ink = 1, padded to (height, width): sonfolio.score.batches
-        images = ViTImageProcessor(
-            do_resize=False,
-            do_rescale=False,
-            do_normalize=False,
-            size={"height": height, "width": width},
-        )
+        images = image_processor(height, width)
         reading = Reading(
             lambda rows: ScoreSystems(rows, data, tok, start, shape, max_tokens),
             collate,

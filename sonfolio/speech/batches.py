@@ -24,11 +24,8 @@ log = logging.getLogger(__name__)
 
 
 class SpeechClips(LabelledRows):
-    """Rows of the speech manifest (one split) as (log-mel features, label ids).
-
-    A clip that cannot be decoded comes back as {"index": i, "error": ...}; the collate
-    function drops it and lists it, and the engine counts and caps such samples.
-    """
+    """Rows of the speech manifest (one split) as (log-mel features, label ids); a clip that
+    cannot be decoded is an error marker (LabelledRows._load)."""
 
     def __init__(
         self,

@@ -66,6 +66,9 @@ class LabelledRows(Dataset):
         return self._cache[i] if self._cache is not None else self._load(i)
 
     def _load(self, i: int) -> dict[str, Any]:
+        """Row `i` as {"index": i, <its input>, "labels"}; a row whose file cannot be read as
+        the error marker {"index": i, "error": ...}, which `collate` drops and lists, and the
+        engine counts and caps."""
         raise NotImplementedError
 
     def preload(self) -> None:
