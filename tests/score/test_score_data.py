@@ -41,6 +41,13 @@ def tiny(cfg: ScoreData, **update) -> ScoreData:
     return cfg.model_copy(update={**base, **update})
 
 
+def only(cfg: ScoreData, source: ScoreSource, **update) -> ScoreData:
+    """`tiny(cfg, ...)` with `source` its one source, and no held-out collection: the
+    configured ones name sources it no longer has, which score_data refuses."""
+    split = cfg.split.model_copy(update={"heldout_collections": []})
+    return tiny(cfg, sources=[source], split=split, **update)
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory, params):
     tmp = tmp_path_factory.mktemp("score")
@@ -128,12 +135,11 @@ def own_corpus(folder: Path, good: int, corrupt: int) -> Path:
 
 def test_corrupt_files_are_skipped_and_counted(params, tmp_path):
     folder = own_corpus(tmp_path / "mine", good=3, corrupt=1)
-    cfg = tiny(
+    cfg = only(
         params.score_data,
-        sources=[ScoreSource(name="mine", folder=folder)],
+        ScoreSource(name="mine", folder=folder),
         synthetic_fraction=0.0,
         max_skip_fraction=0.5,
-        split=params.score_data.split.model_copy(update={"heldout_collections": []}),
     )
     stats = run(cfg, SCORE, tmp_path / "cache", tmp_path / "out", tmp_path / "stats.json")
     assert stats["skipped_pieces"] == {"unparsable": 1}
@@ -143,12 +149,7 @@ def test_corrupt_files_are_skipped_and_counted(params, tmp_path):
 
 def test_too_many_corrupt_files_fail_listing_them_and_leave_no_output(params, tmp_path):
     folder = own_corpus(tmp_path / "mine", good=2, corrupt=2)
-    cfg = tiny(
-        params.score_data,
-        sources=[ScoreSource(name="mine", folder=folder)],
-        max_skip_fraction=0.1,
-        split=params.score_data.split.model_copy(update={"heldout_collections": []}),
-    )
+    cfg = only(params.score_data, ScoreSource(name="mine", folder=folder), max_skip_fraction=0.1)
     with pytest.raises(TooManySkipped, match="2 of 4 pieces") as err:
         run(cfg, SCORE, tmp_path / "cache", tmp_path / "out", tmp_path / "stats.json")
     assert "broken0.xml" in str(err.value) and "broken1.xml" in str(err.value)
@@ -175,12 +176,7 @@ def test_an_archive_source_is_fetched_verified_and_cached(params, tmp_path, arch
     zipped, sha = archive
     where = zipped.as_uri() if as_url else str(zipped)
     source = ScoreSource(name="theirs", archive=where, sha256=sha)
-    cfg = tiny(
-        params.score_data,
-        sources=[source],
-        synthetic_fraction=0.0,
-        split=params.score_data.split.model_copy(update={"heldout_collections": []}),
-    )
+    cfg = only(params.score_data, source, synthetic_fraction=0.0)
     cache = tmp_path / "cache"
     stats = run(cfg, SCORE, cache, tmp_path / "out", tmp_path / "stats.json")
     assert sum(stats["systems"].values()) > 0
@@ -193,11 +189,7 @@ def test_an_archive_with_the_wrong_checksum_is_refused(params, tmp_path, archive
     zipped, sha = archive
     wrong = "0" * 64
     source = ScoreSource(name="x", archive=str(zipped), sha256=wrong)
-    cfg = tiny(
-        params.score_data,
-        sources=[source],
-        split=params.score_data.split.model_copy(update={"heldout_collections": []}),
-    )
+    cfg = only(params.score_data, source)
     with pytest.raises(SourceConfigError, match=f"has sha256 {sha}, but params.yaml expects"):
         run(cfg, SCORE, tmp_path / "cache", tmp_path / "out", tmp_path / "stats.json")
     assert not (tmp_path / "out").exists()
