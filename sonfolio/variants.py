@@ -390,17 +390,6 @@ def _unreadable(files: list[Path]) -> Path | None:
     return None
 
 
-@dataclass(frozen=True)
-class Decoded:
-    """One variant's greedy outputs on one split: what a track's eval scorer scores."""
-
-    variant: str  # the variant's name, e.g. "fp32"
-    split: str
-    rows: list[dict]  # the manifest rows decoded
-    hyps: list[str]  # their outputs, in row order
-    decode_s: float  # wall-clock seconds the decoding took
-
-
 def eval_rows(rows: list[dict], split: str, cap: int | None, seed: int) -> list[dict]:
     """The manifest rows of `split` that every variant is evaluated on: all of them, or a
     seeded random `cap` (the same for every variant and run), in manifest order."""

@@ -30,6 +30,7 @@ from rich.progress import Progress
 
 from sonfolio import tracks, variants
 from sonfolio.config import ScoreEval, SpeechEval, load_params
+from sonfolio.evaluation import Decoded
 from sonfolio.io import read_jsonl, staged_dir, write_json
 from sonfolio.logs import setup_logging
 
@@ -42,7 +43,7 @@ EvalConfig = ScoreEval | SpeechEval  # the fields read here are common to every 
 class Scorer(Protocol):
     """A track's scoring of one variant's outputs on one split (its definition's eval_scorer)."""
 
-    def score(self, decoded: variants.Decoded, folder: Path) -> dict[str, Any]:
+    def score(self, decoded: Decoded, folder: Path) -> dict[str, Any]:
         """The split's metrics; writes predictions.jsonl and the track's samples into folder."""
         ...
 
@@ -118,7 +119,7 @@ def run(
             t0 = time.perf_counter()
             hyps = decode(track, v, chosen, data, cfg)
             decode_s = time.perf_counter() - t0
-            decoded = variants.Decoded(v.name, split, chosen, hyps, decode_s)
+            decoded = Decoded(v.name, split, chosen, hyps, decode_s)
             m = scorer.score(decoded, tmp / v.name / split)
             shown = ", ".join(f"{k} {m[k]:.3f}" for k in track.eval_delta_keys)
             log.info("%s %s: %s", v.name, split, shown)

@@ -17,11 +17,11 @@ import torch
 from rich.progress import Progress
 
 from sonfolio.config import ScoreEval
+from sonfolio.evaluation import Decoded
 from sonfolio.io import write_jsonl
 from sonfolio.score import compile_check, metrics
 from sonfolio.score.batches import load_image, to_pixel_values
 from sonfolio.score.panels import side_by_side
-from sonfolio.variants import Decoded
 
 
 def inputs(variant: Any, rows: list[dict], data: Path) -> torch.Tensor:

@@ -17,11 +17,11 @@ import jiwer
 import torch
 
 from sonfolio.config import SpeechEval
+from sonfolio.evaluation import Decoded
 from sonfolio.io import write_json, write_jsonl
 from sonfolio.speech import metrics
 from sonfolio.speech.audio import SAMPLE_RATE, decode
 from sonfolio.speech.normalize import normalize
-from sonfolio.variants import Decoded
 
 
 def inputs(variant: Any, rows: list[dict], data: Path) -> torch.Tensor:
