@@ -1,4 +1,4 @@
-"""Benchmark evaluation throughput: compile checks per second (batched, as score_eval runs
+"""Benchmark evaluation throughput: compile checks per second (batched, as eval@score runs
 them) and greedy decodes per second for each model variant present.
 
     python -m benchmarks.eval [--systems 200] [--samples 32] [--threads 2]
@@ -7,10 +7,10 @@ compile: the first --systems test systems' reference texts (canonical, so each r
 LilyPond) through sonfolio.score.compile_check.compile_texts with score_eval's batch size:
 grammar check + LilyPond + one PNG each. The grammar check alone is timed too.
 decode: each variant found by sonfolio.variants.discover (the FP32 model and every exported
-folder) decodes the first --samples test samples, score_eval / speech_eval's batch size and
-token limit, after one untimed warm-up batch; the median of --repeats rounds. A model that
-does not stop early runs to the limit: tokens per sample are reported beside the rate, so rates
-compare only at equal tokens.
+folder) decodes the first --samples test samples (inputs made by the track's definition, as
+the eval stage makes them) with its <track>_eval batch size and token limit, after one untimed
+warm-up batch; the median of --repeats rounds. A model that does not stop early runs to the
+limit: tokens per sample are reported beside the rate, so rates compare only at equal tokens.
 Writes benchmarks/results/eval.json and prints a table; conditions (threads, load average
 before and after, cores) are recorded, since the machine is shared.
 """
@@ -26,19 +26,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import onnxruntime
 import torch
 from rich.table import Table
 
 from benchmarks import console
-from sonfolio import cpu, variants
+from sonfolio import cpu, tracks, variants
 from sonfolio.config import Params, load_params
 from sonfolio.io import read_jsonl, write_json
-from sonfolio.score.batches import load_image, to_pixel_values
 from sonfolio.score.compile_check import check_grammar, compile_texts
 from sonfolio.score.lilypond import find_lilypond
-from sonfolio.speech.audio import SAMPLE_RATE, decode
 
 RESULTS = Path("benchmarks/results/eval.json")
 
@@ -49,7 +46,7 @@ def test_rows(data: Path, n: int) -> list[dict]:
 
 def compile_rate(params: Params, n: int) -> dict[str, Any]:
     cfg = params.score_eval
-    texts = [r["text"] for r in test_rows(params.paths.score_data, n)]
+    texts = [r["text"] for r in test_rows(params.paths.track("score").data, n)]
     exe = find_lilypond(params.score_data.lilypond)
     t0 = time.perf_counter()
     for t in texts:
@@ -74,23 +71,12 @@ def compile_rate(params: Params, n: int) -> dict[str, Any]:
     }
 
 
-def score_inputs(v: variants.Variant, rows: list[dict], data: Path) -> torch.Tensor:
-    h, w = v.processor.size["height"], v.processor.size["width"]
-    return to_pixel_values(np.stack([load_image(data / r["image"], h, w) for r in rows]))
-
-
-def speech_inputs(v: variants.Variant, rows: list[dict], data: Path) -> torch.Tensor:
-    audio = [decode(data / r["audio"]) for r in rows]
-    return v.processor(audio, sampling_rate=SAMPLE_RATE, return_tensors="pt")["input_features"]
-
-
 def decode_rate(folder: Path, params: Params, n: int, threads: int, repeats: int) -> dict[str, Any]:
     """Median over `repeats` timed rounds (the machine is shared: one round can be an outlier)."""
     v = variants.load(folder, threads=threads)
-    cfg = params.score_eval if v.track == "score" else params.speech_eval
-    data = params.paths.score_data if v.track == "score" else params.paths.speech_data
-    make = score_inputs if v.track == "score" else speech_inputs
-    x = make(v, test_rows(data, n), data)  # inputs prepared before the clock starts
+    cfg = params.section(v.track, "eval")
+    data = params.paths.track(v.track).data
+    x = tracks.get(v.track).eval_inputs(v, test_rows(data, n), data)  # before the clock starts
     v.generate(x[: cfg.batch_size], cfg.decode_max_tokens)  # warm-up
     rounds: list[float] = []
     for _ in range(repeats):
@@ -128,11 +114,8 @@ def main() -> None:
     load_before = os.getloadavg()
     compile_result = compile_rate(params, args.systems)
     decodes: dict[str, Any] = {}
-    for track, fp32, exported in (
-        ("score", paths.score_model, paths.score_export),
-        ("speech", paths.speech_model, paths.speech_export),
-    ):
-        for folder in variants.discover(fp32, exported):
+    for track, where in paths.tracks.items():
+        for folder in variants.discover(where.model, where.export):
             decodes[f"{track}/{folder.name}"] = decode_rate(
                 folder, params, args.samples, args.threads, args.repeats
             )

@@ -2,8 +2,8 @@
 
     python -m benchmarks.int8_formats [--samples 48] [--repeats 3]
 
-For each track whose FP32 ONNX export exists (${paths.<track>_export}/fp32, from
-`dvc repro <track>_export`), quantizes it three ways into a temporary folder and reads the same
+For each track whose FP32 ONNX export exists (${paths.tracks.<track>.export}/fp32, from
+`dvc repro export@<track>`), quantizes it three ways into a temporary folder and reads the same
 test samples with each, through the project's own ONNX Runtime loop (one thread):
 - `int8_w7`: what the export stage ships by default (export.int8_weight_bits: 7): u8 activations
   x s8 weights within [-64, 64] (ORT `reduce_range`);
@@ -35,18 +35,13 @@ import numpy as np
 from rich.table import Table
 
 from benchmarks import console
-from sonfolio import cpu, variants
+from sonfolio import cpu, tracks, variants
 from sonfolio.config import Params, load_params
-from sonfolio.evaluation import token_error_rate, word_error_rate
-from sonfolio.export import (
-    ONNX_FILES,
-    copy_companions,
-    load_onnx,
-    prepare_for_quantization,
-    quantize_int4,
-    quantize_int8,
-    quiet_quantizers,
-)
+from sonfolio.export.int4 import quantize_int4
+from sonfolio.export.int8 import quantize_int8
+from sonfolio.export.layout import ONNX_FILES, copy_companions, load_onnx
+from sonfolio.export.prepare import prepare_for_quantization
+from sonfolio.export.track import quiet_quantizers
 from sonfolio.io import read_jsonl, write_json
 
 RESULTS = Path("benchmarks/results/int8_formats.json")
@@ -79,28 +74,18 @@ def build(params: Params, fp32: Path, out: Path) -> dict[str, Path]:
     return {"fp32": fp32, **folders}
 
 
-def inputs(track: str, params: Params, folder: Path, samples: int) -> tuple[np.ndarray, list]:
-    """(model inputs (N, ...) float32, reference texts) for the first test samples."""
-    paths = params.paths
-    data = paths.score_data if track == "score" else paths.speech_data
+def inputs(track: Any, data: Path, folder: Path, samples: int) -> tuple[np.ndarray, list]:
+    """(model inputs (N, ...) float32, reference texts) for the first test samples, as the
+    bench stage makes them (the track's definition, from the model in `folder`)."""
     rows = [r for r in read_jsonl(data / "manifest.jsonl") if r["split"] == "test"][:samples]
-    v = variants.load(folder, threads=1)
-    if track == "score":
-        from sonfolio.score.batches import load_image, to_pixel_values
-
-        shape = v.config.encoder.image_size
-        images = np.stack([load_image(data / r["image"], *shape) for r in rows])
-        return to_pixel_values(images).numpy(), [r["text"] for r in rows]
-    from sonfolio.speech.audio import SAMPLE_RATE, decode
-
-    audio = [decode(data / r["audio"]) for r in rows]
-    feats = v.processor(audio, sampling_rate=SAMPLE_RATE, return_tensors="np")["input_features"]
-    return np.asarray(feats, dtype=np.float32), [r["text_norm"] for r in rows]
+    return track.bench_inputs(folder, data, rows)
 
 
 def measure(
-    track: str, folders: dict[str, Path], x: np.ndarray, refs: list[str], repeats: int, tokens: int
+    track: Any, folders: dict[str, Path], x: np.ndarray, refs: list[str], repeats: int, tokens: int
 ) -> dict[str, dict[str, Any]]:
+    """Agreement with FP32, the track's gate metric (score TER, speech WER) and speed, per
+    format; `track` is a definition (sonfolio.tracks)."""
     loaded = {name: variants.load(folder, threads=1) for name, folder in folders.items()}
     ctc = loaded["fp32"].loop.__class__.__name__ == "OrtCtc"
     ids = {n: v.loop.generate(x, tokens, False) for n, v in loaded.items()}
@@ -116,12 +101,8 @@ def measure(
     ref_ids = ids["fp32"]
     for name, v in loaded.items():
         texts = v.tokenizer.batch_decode(ids[name], skip_special_tokens=True)
-        if track == "score":
-            error = {"ter": round(token_error_rate(refs, texts), 4)}
-        else:
-            from sonfolio.speech.normalize import normalize
-
-            error = {"wer": round(word_error_rate(refs, [normalize(t) for t in texts]), 4)}
+        metric = track.gate_metric
+        error = {metric: track.quality(refs, texts)[metric]}
         same = [a == b for a, b in zip(ids[name], ref_ids, strict=True)]
         first = [a[:1] == b[:1] for a, b in zip(ids[name], ref_ids, strict=True)]
         out[name] = {
@@ -160,15 +141,16 @@ def main() -> None:
     result: dict[str, Any] = {"cpu": cpu.isa(), "samples": args.samples, "tracks": {}}
     if args.emulation:
         result["emulation"] = args.emulation
-    for track in ("score", "speech"):
-        fp32 = getattr(params.paths, f"{track}_export") / "fp32"
+    for name in params.paths.tracks:
+        fp32 = params.paths.track(name).export / "fp32"
         if not (fp32 / ONNX_FILES[0]).is_file():
-            print(f"{track}: skipped, no {fp32} (run `dvc repro {track}_export`)")
+            print(f"{name}: skipped, no {fp32} (run `dvc repro export@{name}`)")
             continue
+        track = tracks.get(name)
         with tempfile.TemporaryDirectory(prefix="int8_formats-") as tmp:
             folders = build(params, fp32, Path(tmp))
-            x, refs = inputs(track, params, fp32, args.samples)
-            result["tracks"][track] = measure(track, folders, x, refs, args.repeats, args.tokens)
+            x, refs = inputs(track, params.paths.track(name).data, fp32, args.samples)
+            result["tracks"][name] = measure(track, folders, x, refs, args.repeats, args.tokens)
     write_json(args.out, result)
     caption = result["cpu"]["summary"]
     if args.emulation:

@@ -2,9 +2,9 @@
 
     python -m benchmarks.quant [--reuse]
 
-Runs the score_bench and speech_bench stages (their `run()` with params.yaml, the exported
-variants under ${paths.score_export} / ${paths.speech_export} must exist: run the export
-stages first), or with `--reuse` reads the metrics they last wrote. Writes
+Runs the bench stage for every track (tasks.bench's `run_with_params`; the exported
+variants under ${paths.tracks.<track>.export} must exist: run the export stage first), or
+with `--reuse` reads the metrics it last wrote. Writes
 benchmarks/results/quant.json (per track and variant: the bench figures plus `size_ratio`,
 `speedup_vs_torch_fp32` and, for speech, `latency_vs_ctranslate2`; the targets and whether
 each int8 variant meets them; the conditions, load average included) and prints a table.
@@ -35,44 +35,22 @@ TARGETS = {"int8_size_ratio_max": 0.28, "int8_speedup_min": 2.0, "int8_vs_ct2_ma
 
 
 def run_benches(params: Params) -> dict[str, dict[str, Any]]:
-    from tasks.score_bench import run as score_bench
-    from tasks.speech_bench import run as speech_bench
+    from tasks.bench import run_with_params
 
-    paths = params.paths
-    score = score_bench(
-        params.bench,
-        params.score_bench,
-        params.export,
-        params.score_train.decode_max_tokens,
-        paths.score_data,
-        paths.score_model,
-        paths.score_export,
-        paths.metrics / "score_bench.json",
-    )
-    speech = speech_bench(
-        params.bench,
-        params.speech_bench,
-        params.export,
-        params.speech_train.decode_max_tokens,
-        paths.speech_data,
-        paths.speech_model,
-        paths.speech_export,
-        paths.metrics / "speech_bench.json",
-    )
-    return {"score": score, "speech": speech}
+    return {track: run_with_params(params, track) for track in params.paths.tracks}
 
 
 def read_benches(params: Params) -> dict[str, dict[str, Any]]:
     out = {}
-    for track in ("score", "speech"):
+    for track in params.paths.tracks:
         path = params.paths.metrics / f"{track}_bench.json"
         if not path.is_file():
-            raise SystemExit(f"{path} not found: run `python -m tasks.{track}_bench` first")
+            raise SystemExit(f"{path} not found: run `dvc repro bench@{track}` first")
         out[track] = json.loads(path.read_text())
     return out
 
 
-def targets(track: str, variants: dict[str, Any], onnx_ratio: float | None) -> dict[str, Any]:
+def targets(variants: dict[str, Any], onnx_ratio: float | None) -> dict[str, Any]:
     """Whether the int8 PTQ variant meets each target, through optimum's generate (`ort_`) and
     through the plain greedy loop (`ortloop_`); absent ones are left out."""
     result: dict[str, Any] = {
@@ -84,7 +62,7 @@ def targets(track: str, variants: dict[str, Any], onnx_ratio: float | None) -> d
         if "e2e_ms_p50" not in v:
             continue
         result[f"{name}_speedup_met"] = v["speedup_vs_torch_fp32"] >= TARGETS["int8_speedup_min"]
-        if track == "speech" and "latency_vs_ctranslate2" in v:
+        if "latency_vs_ctranslate2" in v:  # a track with a CTranslate2 peer (speech)
             met = v["latency_vs_ctranslate2"] <= TARGETS["int8_vs_ct2_max"]
             result[f"{name}_vs_ct2_met"] = met
     return result
@@ -102,7 +80,7 @@ def summary(benches: dict[str, dict[str, Any]], params: Params) -> dict[str, Any
             "variants": variants,
             "conditions": metrics["conditions"],
             "gate_failures": metrics.get("gate_failures", []),
-            "targets_met": targets(track, variants, ratio),
+            "targets_met": targets(variants, ratio),
         }
     result["load_average_at_report"] = [round(x, 2) for x in os.getloadavg()]
     result["cpu"] = cpu.isa()  # int8 / int4 speed and quality depend on VNNI / AMX / DOTPROD

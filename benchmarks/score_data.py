@@ -1,4 +1,5 @@
-"""Benchmark the score_data stage: systems/s end to end, and a no-op `dvc repro`.
+"""Benchmark the score track's data stage (data@score): systems/s end to end, and a no-op
+`dvc repro`.
 
     python -m benchmarks.score_data [--pieces 120]
 
@@ -18,16 +19,14 @@ import platform
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from rich.table import Table
 
-from benchmarks import console
+from benchmarks import console, timed_data_run
 from sonfolio.config import ScoreData, load_params
 from sonfolio.io import write_json
-from tasks.score_data import run
 
 RESULTS = Path("benchmarks/results/score_data.json")
 
@@ -45,12 +44,7 @@ def bench_cfg(cfg: ScoreData, pieces: int, workers: int) -> ScoreData:
 
 
 def systems_per_s(cfg: ScoreData, cache: Path, workers: int, pieces: int) -> dict[str, float]:
-    with tempfile.TemporaryDirectory() as tmp:
-        start = time.perf_counter()
-        stats = run(
-            bench_cfg(cfg, pieces, workers), cache, Path(tmp) / "out", Path(tmp) / "stats.json"
-        )
-        elapsed = time.perf_counter() - start
+    stats, elapsed = timed_data_run(bench_cfg(cfg, pieces, workers), "score", cache)
     systems = sum(stats["systems"].values())
     return {
         "systems": systems,

@@ -1,4 +1,4 @@
-"""Benchmark the speech_data stage: synthetic clips per second, end to end and per step.
+"""Benchmark the data@speech stage: synthetic clips per second, end to end and per step.
 
     python -m benchmarks.speech_data [--utterances 800]
 
@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from rich.table import Table
 
-from benchmarks import console
+from benchmarks import console, timed_data_run
 from sonfolio.config import SpeechData, load_params
 from sonfolio.io import write_json
 from sonfolio.parallel import worker_count
@@ -31,7 +31,6 @@ from sonfolio.speech.audio import add_noise, from_pcm16, resample, to_pcm16, wri
 from sonfolio.speech.espeak import Synthesizer
 from sonfolio.speech.normalize import spell_numbers
 from sonfolio.speech.synthetic import plan
-from tasks.speech_data import run
 
 RESULTS = Path("benchmarks/results/speech_data.json")
 TARGET_PER_S = 100  # on 2 cores
@@ -39,14 +38,9 @@ TARGET_PER_S = 100  # on 2 cores
 
 def utterances_per_s(cfg: SpeechData, utterances: int, workers: int) -> dict[str, float]:
     syn = cfg.synthetic.model_copy(update={"utterances": utterances})
-    with tempfile.TemporaryDirectory() as tmp:
-        start = time.perf_counter()
-        stats = run(
-            cfg.model_copy(update={"synthetic": syn, "workers": workers}),
-            Path(tmp) / "out",
-            Path(tmp) / "stats.json",
-        )
-        elapsed = time.perf_counter() - start
+    stats, elapsed = timed_data_run(
+        cfg.model_copy(update={"synthetic": syn, "workers": workers}), "speech"
+    )
     clips = sum(stats["utterances"].values())
     return {
         "clips": clips,

@@ -36,9 +36,11 @@ import torch
 from rich.table import Table
 
 from benchmarks import console
+from sonfolio import tracks
 from sonfolio.config import EngineOptions, Params, load_params
 from sonfolio.io import write_json
-from sonfolio.train.engine import RunPaths, train
+from sonfolio.train.engine import train
+from sonfolio.train.run import RunPaths
 
 RESULTS = Path("benchmarks/results/train_step.json")
 COMPARED = Path("benchmarks/results/train_compare.json")
@@ -53,23 +55,13 @@ VARIANTS: dict[str, dict[str, Any]] = {
 
 
 def measure(track_name: str, params: Params, steps: int, opts: EngineOptions) -> dict[str, Any]:
-    if track_name == "score_train":
-        from sonfolio.score.track import make_track
-
-        cfg = params.score_train
-        track = make_track(
-            cfg,
-            params.paths.score_data,
-            params.paths.score_tokenizer,
-            params.score_data.image_long_side,
-        )[0]
-    else:
-        from sonfolio.speech.track import make_track
-
-        cfg = params.speech_train
-        track = make_track(cfg, params.paths.speech_data, params.paths.speech_tokenizer)[0]
+    """`steps` timed steps of one track (`track_name`: its training stage, score_train)."""
+    track = track_name.removesuffix("_train")
+    training = tracks.get(track).training(params)
+    own = params.paths.track(track)
+    setup = training.setup(own.data, own.tokenizer)
     total = steps + 2  # the engine leaves the first 2 steps out of the breakdown
-    loop = cfg.model_copy(
+    loop = training.cfg.model_copy(
         update={
             "max_steps": total,
             "eval_every": 10**6,
@@ -80,7 +72,7 @@ def measure(track_name: str, params: Params, steps: int, opts: EngineOptions) ->
     with tempfile.TemporaryDirectory() as tmp:
         paths = RunPaths(Path(tmp) / "ckpt", None, Path(tmp) / "micro_batch.json")
         paths.checkpoints.mkdir()
-        metrics = train(track, loop, opts, paths).metrics
+        metrics = train(setup.track, loop, opts, paths).metrics
     return {
         "step_time": metrics["step_time"],
         "data_wait_pct": metrics["step_time"]["data_wait_pct"],

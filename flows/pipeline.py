@@ -6,9 +6,9 @@ by DVC, not by Prefect. The stages and their order are read from dvc.yaml's grap
 no second list to keep in step. DVC holds one lock per repository, so stages run one at a time.
 
     python -m flows.pipeline run                      # the whole DAG, once
-    python -m flows.pipeline run score_tokenizer      # a stage and what it needs
+    python -m flows.pipeline run tokenizer@score      # a stage and what it needs
     python -m flows.pipeline serve --cron "0 3 * * *" # a deployment on a schedule
-    python -m flows.pipeline serve --cron "0 3 * * *" score_tokenizer   # ... of some stages
+    python -m flows.pipeline serve --cron "0 3 * * *" tokenizer@score   # ... of some stages
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def publish_results(repo: str) -> list[str]:
     UI shows each run's results; returns the artifact keys.
 
     The tables come from ${paths.report}/assets/summary.json, written by the report stage with
-    the page (sonfolio/report.py); no report yet: one artifact that says how to make it.
+    the page (sonfolio.report.page); no report yet: one artifact that says how to make it.
     """
     logger = get_run_logger()
     params = yaml.safe_load((Path(repo) / "params.yaml").read_text(encoding="utf-8"))

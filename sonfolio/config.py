@@ -9,7 +9,7 @@ error, not a silently ignored setting. `sonfolio check-params` runs the same val
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -24,26 +24,56 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class TrackPaths(Strict):
+    """Where one track's steps write: paths.tracks.<track>. dvc.yaml runs every step once per
+    entry (foreach: ${paths.tracks}), so a new track's paths are one entry here."""
+
+    data: Path  # data: images or audio, manifest.jsonl
+    tokenizer: Path  # tokenizer (and image processor / feature extractor)
+    model: Path  # train: the FP32 save_pretrained folder
+    qat: Path  # qat: one QAT-trained HF model folder per scheme (int8/, int4/)
+    export: Path  # export: ONNX variant folders (fp32/, int8_ptq/, int4_ptq/, ...)
+    eval: Path  # eval: samples/ (side-by-side examples, predictions), quality.csv
+
+
+# Keys of the flat layout before paths.tracks (changelog: docs/architecture.md), named in the
+# error so that an old params.yaml says where its key went.
+_MOVED_PATHS = {
+    f"{track}_{kind}": f"paths.tracks.{track}.{kind}"
+    for track in ("score", "speech")
+    for kind in ("data", "tokenizer", "model", "qat", "export", "eval")
+}
+
+
 class Paths(Strict):
     """Where each stage writes; dvc.yaml reads the same keys as ${paths.*}."""
 
-    score_data: Path
-    score_tokenizer: Path
-    speech_data: Path
-    speech_tokenizer: Path
-    score_model: Path
-    speech_model: Path
+    tracks: dict[str, TrackPaths]
     checkpoints: Path
     live: Path
     metrics: Path
     download_cache: Path
-    score_export: Path  # score_export: ONNX variant folders (fp32/, int8_ptq/, int4_ptq/)
-    speech_export: Path  # speech_export: the same for the speech model
-    score_eval: Path  # score_eval: samples/ (side-by-side images, predictions), quality.csv
-    speech_eval: Path  # speech_eval: samples/ (predictions, worst examples), quality.csv
-    score_qat: Path  # score_qat: one QAT-trained HF model folder per scheme (int8/, int4/)
-    speech_qat: Path  # speech_qat: the same for the speech model
     report: Path  # report: index.html, assets/, <track>_latency.csv (docs/report.md)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_keys(cls, raw: Any) -> Any:
+        if isinstance(raw, dict):
+            moved = [f"paths.{k} is now {_MOVED_PATHS[k]}" for k in raw if k in _MOVED_PATHS]
+            if moved:
+                raise ValueError("; ".join(moved) + " (params.yaml: one entry per track)")
+        return raw
+
+    def track(self, name: str) -> TrackPaths:
+        """paths.tracks.<name>; a ValueError names the known tracks."""
+        if name not in self.tracks:
+            raise ValueError(f"no track {name!r} in paths.tracks; known: {sorted(self.tracks)}")
+        return self.tracks[name]
+
+    def with_track(self, name: str, **updates: Path) -> Paths:
+        """A copy with some of one track's paths replaced (a test's or a command's own)."""
+        tracks = {**self.tracks, name: self.track(name).model_copy(update=updates)}
+        return self.model_copy(update={"tracks": tracks})
 
 
 class ScoreSource(Strict):
@@ -352,7 +382,7 @@ class Serve(Strict):
 
 
 class Export(Strict):
-    """ONNX export and ORT quantization, shared by score_export and speech_export."""
+    """ONNX export and ORT quantization, shared by every track's export (export@score, ...)."""
 
     opset: Annotated[int, Field(ge=14, le=21)]  # ONNX opset of the export
     quantize: list[Literal["int8", "int4"]]  # variants made from each exported model
@@ -373,7 +403,7 @@ class TrackExport(Strict):
 
 
 class Bench(Strict):
-    """How score_bench and speech_bench measure every variant (same inputs, one run)."""
+    """How the bench (bench@score, ...) measures every variant (same inputs, one run)."""
 
     samples: Positive  # test-split samples, the first N of the manifest
     threads: Positive  # intra-op threads of every runtime (torch, ORT, CTranslate2)
@@ -398,7 +428,7 @@ class SpeechBench(Strict):
 
 
 class ScoreEval(Strict):
-    """Stage score_eval: every variant on the same systems (docs/evaluation.md)."""
+    """Stage eval@score: every variant on the same systems (docs/evaluation.md)."""
 
     splits: Annotated[list[Literal["val", "test", "heldout"]], Field(min_length=1)]
     max_samples: Positive | None  # per split, a seeded random subset; null: all
@@ -414,7 +444,7 @@ class ScoreEval(Strict):
 
 
 class SpeechEval(Strict):
-    """Stage speech_eval: every variant on the same clips (docs/evaluation.md)."""
+    """Stage eval@speech: every variant on the same clips (docs/evaluation.md)."""
 
     splits: Annotated[list[Literal["train", "val", "test"]], Field(min_length=1)]
     max_samples: Positive | None  # per split, a seeded random subset; null: all
@@ -493,6 +523,22 @@ class Params(Strict):
                 )
         return self
 
+    @model_validator(mode="after")
+    def _tracks_have_sections(self) -> Params:
+        for track in self.paths.tracks:
+            missing = [f"{track}_{s}" for s in TRACK_STEPS if not hasattr(self, f"{track}_{s}")]
+            if missing:
+                raise ValueError(
+                    f"paths.tracks.{track} has no params sections {missing}: a track needs one "
+                    "per step (docs/architecture.md, adding a track)"
+                )
+        return self
+
+    def section(self, track: str, step: str) -> Any:
+        """The params section of one step for one track: `<track>_<step>` (score_train)."""
+        self.paths.track(track)  # an unknown track names the known ones
+        return getattr(self, f"{track}_{step}")
+
     def engine_options(self, preset: str) -> EngineOptions:
         """train_engine with the preset's keys laid over it."""
         base = self.train_engine.model_dump()
@@ -509,6 +555,11 @@ class Params(Strict):
                 "the second"
             )
         return self
+
+
+# The steps with a params section per track (`<track>_<step>`); data, tokenizer, train, qat,
+# export, bench and eval run once per entry of paths.tracks.
+TRACK_STEPS = ("data", "tokenizer", "train", "qat", "export", "bench", "eval")
 
 
 class ParamsError(ValueError):

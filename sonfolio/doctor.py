@@ -1,7 +1,7 @@
 """`sonfolio doctor`: what this machine is, how fast it multiplies matrices, and what the
 training engine would choose for each track, before anything trains.
 
-The choices come from the engine's own functions (sonfolio.train.device / speed / engine), so
+The choices come from the engine's own functions (sonfolio.train.device / speed / batch), so
 doctor cannot drift from what a run does. Models are built on the `meta` device (shapes only,
 no memory, no time) to read their attention kernel and size. Fast: about 1-2 s on a CPU,
 plus the torch.compile check when a preset enables compile.
@@ -22,9 +22,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from sonfolio import cpu
+from sonfolio import cpu, tracks
 from sonfolio.config import EngineOptions, Params, TrainLoop
-from sonfolio.train import engine, speed
+from sonfolio.train import speed
+from sonfolio.train.batch import fixed_micro_batch
 from sonfolio.train.device import (
     Backend,
     DeviceCannotDo,
@@ -33,12 +34,12 @@ from sonfolio.train.device import (
     detect_backend,
     set_matmul_precision,
 )
+from sonfolio.train.setup import Training
 
 log = logging.getLogger(__name__)
 
 PACKAGES = ("torch", "transformers", "accelerate", "onnxruntime", "optimum", "torchao")
 OPTIONAL = ("bitsandbytes", "nvidia-ml-py")  # the `gpu` extra
-TRACKS = {"score": "score_train", "speech": "speech_train"}
 PRECISION_NAMES = {"no": "fp32", "bf16": "bf16", "fp16": "fp16"}  # Accelerate's name -> ours
 CPU_MATMUL_N = 1024  # 2.1 GFLOP per product: tens of ms on a laptop core, so ~1 s is many
 GPU_MATMUL_N = 8192  # 1.1 TFLOP per product: a few ms on an H100, enough to fill it
@@ -135,58 +136,23 @@ def matmul_speeds(backend: Backend, seconds: float) -> dict[str, float]:
     return {k: round(matmul_tflops(d, dev, GPU_MATMUL_N, share)[0], 1) for k, d in dtypes.items()}
 
 
-def _meta_model(track: str, params: Params) -> nn.Module:
-    """The track's configured model on the meta device (shapes only), as its stage builds it.
-
-    Raises:
-        FileNotFoundError: the tokenizer stage has not run yet.
-    """
-    from transformers import AutoFeatureExtractor, AutoTokenizer
-
-    folder = params.paths.score_tokenizer if track == "score" else params.paths.speech_tokenizer
-    if not (folder / "tokenizer.json").is_file():
-        raise FileNotFoundError(f"no tokenizer in {folder}: run `dvc repro {track}_tokenizer`")
-    tok = AutoTokenizer.from_pretrained(str(folder))
-    with torch.device("meta"):
-        if track == "score":
-            from sonfolio.score.model import build
-
-            return build(params.score_train.model, tok, params.score_data.image_long_side)
-        from sonfolio.speech.model import build
-
-        return build(params.speech_train.model, tok, AutoFeatureExtractor.from_pretrained(folder))
-
-
-def _model_facts(track: str, params: Params) -> dict[str, Any]:
-    cfg = params.score_train.model if track == "score" else params.speech_train.model
-    hub = cfg.pretrained if track == "score" else cfg.base_model
+def _model_facts(track: str, training: Training, params: Params) -> dict[str, Any]:
+    """The track's configured model: its source, size and attention kernels, read off the
+    model built on the meta device (shapes only) as its stage builds it."""
+    hub = training.hub_model
     if hub:  # building it would download it: say what decides instead
         return {"model": hub, "attention": f"as {hub} configures it (sdpa by default)"}
-    try:
-        model = _meta_model(track, params)
-    except FileNotFoundError as err:
-        return {"model": f"{cfg.size} preset", "attention": f"unknown: {err}"}
-    if track == "score":
-        from sonfolio.score.model import attention_kernels
-    else:
-        from sonfolio.speech.model import attention_kernels
+    folder = params.paths.track(track).tokenizer
+    if not (folder / "tokenizer.json").is_file():
+        why = f"no tokenizer in {folder}: run `dvc repro tokenizer@{track}`"
+        return {"model": f"{training.model_size} preset", "attention": f"unknown: {why}"}
+    with torch.device("meta"):
+        model = training.build_model(folder)
     return {
-        "model": f"{cfg.size} preset, {model.num_parameters() / 1e6:.2f} M parameters",
+        "model": f"{training.model_size} preset, {model.num_parameters() / 1e6:.2f} M parameters",
         "parameters": model.num_parameters(),
-        "attention": attention_kernels(model),
+        "attention": training.attention_kernels(model),
     }
-
-
-def _check_size(track: str, params: Params, backend: Backend) -> None:
-    """The stage's own check: a GPU-only model size on a CPU raises DeviceCannotDo."""
-    if track == "score":
-        from sonfolio.score.model import check_size
-
-        check_size("score_train", params.score_train.model.size, backend)
-    else:
-        from sonfolio.speech.model import check_size as check_speech_size
-
-        check_speech_size("speech_train", params.speech_train.model, backend)
 
 
 def _micro_batch(
@@ -202,7 +168,9 @@ def _micro_batch(
         known = f"; cached: {sorted(set(found.values()))}" if found else ""
         return f"auto: the largest divisor of {per_process} that runs a real step{known}"
     # the engine's own rule; with these settings it needs neither the model nor the Accelerator
-    micro, why = engine._micro_batch(None, opts, per_process, None, backend, precision, cache)  # type: ignore[arg-type]
+    fixed = fixed_micro_batch(opts, per_process, backend)
+    assert fixed is not None  # only auto on a GPU searches, and that returned above
+    micro, why = fixed
     return f"{micro} x {per_process // micro} accumulation ({why})"
 
 
@@ -220,8 +188,9 @@ def _compile(opts: EngineOptions, probe: nn.Module) -> str:
 
 def track_choices(track: str, params: Params, backend: Backend, cache: Path) -> dict[str, Any]:
     """What the engine would choose for this track: each choice with its reason."""
-    stage = TRACKS[track]
-    loop = getattr(params, stage)
+    stage = f"{track}_train"  # its params section, and its name in the micro-batch cache
+    training = tracks.get(track).training(params)
+    loop = training.cfg
     opts = params.engine_options(loop.preset)
     out: dict[str, Any] = {"stage": stage, "preset": loop.preset}
     try:
@@ -231,9 +200,9 @@ def track_choices(track: str, params: Params, backend: Backend, cache: Path) -> 
         precision = "no"
     else:
         out["precision"] = {"value": PRECISION_NAMES[precision], "reason": why}
-    out.update(_model_facts(track, params))
+    out.update(_model_facts(track, training, params))
     try:
-        _check_size(track, params, backend)
+        training.check_size(backend)
     except DeviceCannotDo as err:
         out["model"] = f"impossible here: {err}"
     dev = torch.device("cuda") if backend.is_gpu else torch.device("cpu")
@@ -252,7 +221,7 @@ def int8_models(params: Params, tracks: list[str], extra: list[Path]) -> list[di
     weight range and, where it loses accuracy on this CPU, the warning (also logged)."""
     folders = list(extra)
     for track in tracks:
-        export = getattr(params.paths, f"{track}_export")
+        export = params.paths.track(track).export
         if export.is_dir():
             folders += sorted(p for p in export.iterdir() if p.name.startswith("int8_"))
     found = []

@@ -1,10 +1,10 @@
 """`sonfolio estimate`: what a training run costs, from steps measured on this machine.
 
 For each track it builds the configured model and data exactly as the training stage does
-(`make_track` of sonfolio/<track>/track.py, on the real data folders), runs real optimizer steps
-through the engine (`sonfolio.train.engine.Run.step`, the first `warmup_steps` untimed), and
-turns the measured seconds per step into hours and dollars for a target number of steps on
-each GPU of a price table (sonfolio/gpu_prices.yaml, or `estimate.prices`).
+(its definition's `training`, sonfolio/<track>/track.py, on the real data folders), runs real
+optimizer steps through the engine (`sonfolio.train.run.Run.step`, the first `warmup_steps`
+untimed), and turns the measured seconds per step into hours and dollars for a target number
+of steps on each GPU of a price table (sonfolio/gpu_prices.yaml, or `estimate.prices`).
 
 What is measured and what is assumed (docs/cost.md):
 - measured: seconds per step here, the step's FLOPs (the track's ~6 x params x tokens), and,
@@ -31,14 +31,14 @@ import yaml
 from pydantic import Field, ValidationError, field_validator
 from torch.utils.data import Dataset
 
+from sonfolio import tracks
 from sonfolio.config import EngineOptions, Params, Strict, TrainLoop
 from sonfolio.train.device import Backend, choose_precision, detect_backend
-from sonfolio.train.engine import Run, RunPaths, Track
 from sonfolio.train.observe import peak_flops
+from sonfolio.train.run import Run, RunPaths, Track
 
 log = logging.getLogger(__name__)
 
-TRACKS = ("score", "speech")
 ASSUMED = "assumed"
 
 
@@ -273,42 +273,23 @@ def _require(path: Path, what: str, stage: str) -> None:
 
 
 def build_track(name: str, params: Params) -> tuple[Track, TrainLoop, EngineOptions]:
-    """The track's model and datasets, exactly as its training stage builds them.
+    """The track's model and datasets, exactly as its training stage builds them (its
+    definition's `training`).
 
     Raises:
+        UnknownTrack: no definition of that name.
         MissingInput: naming the stage that makes the missing data or tokenizer.
         DeviceCannotDo: a model size or precision this device cannot train, as the stage would.
     """
-    paths = params.paths
+    training = tracks.get(name).training(params)
+    own = params.paths.track(name)
+    _require(own.data / "manifest.jsonl", f"the {name} data", f"data@{name}")
+    _require(own.tokenizer / "tokenizer.json", f"the {name} tokenizer", f"tokenizer@{name}")
+    opts = params.engine_options(training.cfg.preset)
     backend = detect_backend()
-    if name == "score":
-        from sonfolio.score.model import check_size
-        from sonfolio.score.track import make_track
-
-        cfg = params.score_train
-        _require(paths.score_data / "manifest.jsonl", "the score systems", "score_data")
-        _require(paths.score_tokenizer / "tokenizer.json", "the score tokenizer", "score_tokenizer")
-        opts = params.engine_options(cfg.preset)
-        check_size("score_train", cfg.model.size, backend)
-        choose_precision(opts.precision, backend)
-        track = make_track(
-            cfg, paths.score_data, paths.score_tokenizer, params.score_data.image_long_side
-        )[0]
-        return track, cfg, opts
-    if name == "speech":
-        from sonfolio.speech.model import check_size as check_speech_size
-        from sonfolio.speech.track import make_track as make_speech_track
-
-        cfg = params.speech_train
-        _require(paths.speech_data / "manifest.jsonl", "the speech clips", "speech_data")
-        _require(
-            paths.speech_tokenizer / "tokenizer.json", "the speech tokenizer", "speech_tokenizer"
-        )
-        opts = params.engine_options(cfg.preset)
-        check_speech_size("speech_train", cfg.model, backend)
-        choose_precision(opts.precision, backend)
-        return make_speech_track(cfg, paths.speech_data, paths.speech_tokenizer)[0], cfg, opts
-    raise ValueError(f"unknown track {name!r}: one of {TRACKS}")
+    training.check_size(backend)
+    choose_precision(opts.precision, backend)
+    return training.setup(own.data, own.tokenizer).track, training.cfg, opts
 
 
 def estimate(

@@ -9,6 +9,7 @@ costs one symbol. Speech: character error rate (CER) and WER after `normalize` o
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import jiwer
@@ -16,7 +17,18 @@ import torch
 from rich.progress import Progress
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from sonfolio.train.engine import INDICES, model_inputs
+from sonfolio.train.samples import INDICES, model_inputs
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """One variant's greedy outputs on one split: what a track's eval scorer scores."""
+
+    variant: str  # the variant's name, e.g. "fp32"
+    split: str
+    rows: list[dict]  # the manifest rows decoded
+    hyps: list[str]  # their outputs, in row order
+    decode_s: float  # wall-clock seconds the decoding took
 
 
 @torch.no_grad()

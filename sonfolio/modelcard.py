@@ -75,7 +75,7 @@ Exported on: {{ exported_on }}.
 def render(
     track: Any, card: TrackExport, cfg: Export, variant: str, base_model: str, figures: dict
 ) -> str:
-    """The README.md of one variant folder. `track` is a sonfolio.export.TrackSpec."""
+    """The README.md of one variant folder of `track` (a definition, sonfolio.tracks)."""
     checks = figures.get("weight_check", {})
     data = ModelCardData(
         license=card.license,
@@ -85,7 +85,7 @@ def render(
         tags=["onnx", "optimum", "onnxruntime", variant, "sonfolio"],
         sonfolio={
             "base_model": base_model,
-            "data": track.data,
+            "data": track.card_data,
             "variant": variant,
             "route": figures["route"],
             "decoding": figures.get("decoding", "attention"),
@@ -103,18 +103,18 @@ def render(
     return ModelCard.from_template(
         data,
         template_str=TEMPLATE,
-        title=f"{track.title} ({variant})",
-        summary=track.summary,
+        title=f"{track.card_title} ({variant})",
+        summary=track.card_summary,
         base_model=base_model,
-        train_stage=track.train_stage,
-        data=track.data,
+        train_stage=f"train@{track.name}",
+        data=track.card_data,
         variant=variant,
         route=figures["route"],
         params=", ".join(f"{k}={v}" for k, v in cfg.model_dump().items()),
-        ort_class=track.ort_class,
+        ort_class=track.ort_model_class().__name__,
         hub_repo=card.hub_repo,
-        export_stage=track.export_stage,
-        bench_stage=track.bench_stage,
+        export_stage=f"export@{track.name}",
+        bench_stage=f"bench@{track.name}",
         files=figures["files"],
         total=figures["bytes"],
         size_ratio=figures["size_ratio"],

@@ -23,6 +23,7 @@ import json
 import logging
 import shutil
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -34,7 +35,8 @@ from sonfolio.config import EngineOptions, QatTrain
 from sonfolio.io import staged_dir, write_json
 from sonfolio.train import checkpoint, ctc
 from sonfolio.train.device import choose_precision, detect_backend
-from sonfolio.train.engine import RunPaths, Track, train
+from sonfolio.train.engine import train
+from sonfolio.train.run import RunPaths, Track
 
 log = logging.getLogger(__name__)
 
@@ -92,56 +94,66 @@ def convert(model: PreTrainedModel) -> PreTrainedModel:
     return model
 
 
+@dataclass(frozen=True)
+class QatJob:
+    """One track's QAT: what every scheme trains from, and where its resumable state lives."""
+
+    track: str
+    cfg: QatTrain  # <track>_qat
+    opts: EngineOptions
+    load: Callable[[Path], PreTrainedModel]  # reads a model folder, ready to train
+    fp32: Path  # the trained FP32 model folder every scheme starts from
+    make_track: Callable[[PreTrainedModel], Track]  # the engine's view of a prepared model
+    inputs: list[Path]  # data and tokenizer files: they key the checkpoints with the config
+    checkpoints: Path
+    live: Path | None  # live curves, a folder per scheme under it; None: none
+    int8_bits: int  # export.int8_weight_bits: train for the grid the export quantizes to
+
+    @property
+    def stage(self) -> str:
+        """Its params section, checkpoint folder and curves: <track>_qat."""
+        return f"{self.track}_qat"
+
+
 def train_schemes(
-    stage: str,
-    cfg: QatTrain,
-    opts: EngineOptions,
-    load: Callable[[Path], PreTrainedModel],
-    fp32: Path,
-    make_track: Callable[[PreTrainedModel], Track],
-    save: Callable[[PreTrainedModel, Path], None],
-    inputs: list[Path],
-    out: Path,
-    checkpoints: Path,
-    live: Path | None,
-    int8_bits: int,
+    job: QatJob, save: Callable[[PreTrainedModel, Path], None], out: Path
 ) -> tuple[dict[str, Any], list[Path]]:
-    """QAT-train a fresh copy of the FP32 model in `fp32` (`load` reads a model folder, ready
-    to train) per scheme; `save` writes each
+    """QAT-train a fresh copy of the FP32 model in `job.fp32` per scheme; `save` writes each
     converted model into `out/<scheme>/` (a folder the caller has staged). Returns the
     metrics per scheme and the checkpoint folders, for the caller to remove once `out` is in
     place.
 
     Resumable: each scheme has its own checkpoint folder, and a finished scheme leaves its
     converted model there (`done/`) until every scheme is saved, so a crash in the second
-    scheme does not redo the first. `inputs` (data, tokenizer and FP32 model files) key the
-    checkpoints with the config.
+    scheme does not redo the first. `job.inputs` (data, tokenizer and FP32 model files) key
+    the checkpoints with the config.
     """
     metrics: dict[str, Any] = {}
     folders = []
+    cfg, stage, int8_bits = job.cfg, job.stage, job.int8_bits
     for scheme in cfg.schemes:
         key = checkpoint.fingerprint(
             {
                 "cfg": cfg.model_dump(),
-                "opts": opts.model_dump(),
+                "opts": job.opts.model_dump(),
                 "scheme": scheme,
                 "int8_bits": int8_bits,
             },
-            inputs,
+            job.inputs,
         )
-        folder = checkpoint.run_folder(checkpoints, f"{stage}/{scheme}", key)
+        folder = checkpoint.run_folder(job.checkpoints, f"{stage}/{scheme}", key)
         folders.append(folder)
         done = folder / "done"
         if (done / "metrics.json").is_file():
             log.info("%s %s: already trained in %s", stage, scheme, done)
-            model = load(done)
+            model = job.load(done)
             result_metrics = json.loads((done / "metrics.json").read_text())
         else:
-            model = load(fp32)
+            model = job.load(job.fp32)
             prepare(model, scheme, cfg.int4_group_size, int8_bits)
-            scheme_live = live / scheme if live else None
-            paths = RunPaths(folder, scheme_live, checkpoints / "micro_batch.json")
-            result = train(make_track(model), cfg, opts, paths)
+            scheme_live = job.live / scheme if job.live else None
+            paths = RunPaths(folder, scheme_live, job.checkpoints / "micro_batch.json")
+            result = train(job.make_track(model), cfg, job.opts, paths)
             if not result.accelerator.is_main_process:
                 continue
             model = convert(result.model)
@@ -158,33 +170,21 @@ def train_schemes(
     return metrics, folders
 
 
-def run_stage(
-    stage: str,
-    cfg: QatTrain,
-    opts: EngineOptions,
-    load: Callable[[Path], PreTrainedModel],
-    fp32: Path,
-    make_track: Callable[[PreTrainedModel], Track],
-    inputs: list[Path],
-    out: Path,
-    metrics_path: Path,
-    checkpoints: Path,
-    live: Path | None,
-    int8_bits: int,
-) -> dict[str, Any]:
-    """A QAT stage: every scheme of `cfg` trained from the model in `fp32`, each converted
-    model saved with the FP32 folder's tokenizer and processor under `out/<scheme>/`; `out`
-    appears only when all are done.
+def run_stage(job: QatJob, out: Path, metrics_path: Path) -> dict[str, Any]:
+    """The QAT stage of `job.track`: every scheme of `job.cfg` trained from the model in
+    `job.fp32`, each converted model saved with the FP32 folder's tokenizer and processor
+    under `out/<scheme>/`; `out` appears only when all are done.
 
     Raises:
         FileNotFoundError (no trained model), DeviceCannotDo, TooManyBadSamples,
         TrainingDiverged, ValueError.
     """
-    choose_precision(opts.precision, detect_backend())  # what the device cannot do fails first
-    train_stage = stage.replace("_qat", "_train")
+    # what the device cannot do fails first, before any model is read
+    choose_precision(job.opts.precision, detect_backend())
+    track, fp32, stage = job.track, job.fp32, job.stage
     if not (fp32 / "config.json").is_file():
-        raise FileNotFoundError(f"{fp32} holds no trained model: run `dvc repro {train_stage}`")
-    if ctc.folder_decoding(fp32)[0] and cfg.ctc_weight == 0:
+        raise FileNotFoundError(f"{fp32} holds no trained model: run `dvc repro train@{track}`")
+    if ctc.folder_decoding(fp32)[0] and job.cfg.ctc_weight == 0:
         raise ValueError(
             f"{fp32} reads with its CTC head ({ctc.DECODING}), which {stage}.ctc_weight: 0 "
             f"would leave untrained under fake quantization: set {stage}.ctc_weight above 0 "
@@ -197,22 +197,9 @@ def run_stage(
         for path in extras:  # tokenizer and image processor / feature extractor files
             shutil.copy2(path, folder / path.name)
 
-    inputs = [*inputs, *sorted(fp32.glob("*.safetensors"))]
+    job = replace(job, inputs=[*job.inputs, *sorted(fp32.glob("*.safetensors"))])
     with staged_dir(out) as tmp:
-        metrics, folders = train_schemes(
-            stage,
-            cfg,
-            opts,
-            load,
-            fp32,
-            make_track,
-            save,
-            inputs,
-            tmp,
-            checkpoints,
-            live,
-            int8_bits,
-        )
+        metrics, folders = train_schemes(job, save, tmp)
     write_json(metrics_path, metrics)
     for folder in folders:
         shutil.rmtree(folder)  # finished: nothing left to resume

@@ -9,13 +9,25 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from pathlib import Path
+from dataclasses import dataclass
+from typing import Any
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
 SPECIAL_TOKENS = [PAD, BOS, EOS, UNK]
+
+
+@dataclass(frozen=True)
+class BuiltTokenizer:
+    """A track's tokenizer as its definition made (or took) it, for the tokenizer step to check
+    and save."""
+
+    tokenizer: PreTrainedTokenizerFast  # what every manifest text is round-tripped through
+    parts: tuple[Any, ...]  # saved with save_pretrained into one folder (tokenizer, features)
+    exact: bool  # a round-trip failure is an error (trained here), or only logged (a base's)
+    stats: dict[str, Any]  # what the track adds to the step's metrics (vocab_size, ...)
 
 
 def train_bpe(
@@ -70,7 +82,3 @@ def length_stats(tok: PreTrainedTokenizerFast, texts: Sequence[str]) -> dict[str
         "chars_per_token": round(sum(map(len, texts)) / max(1, sum(lengths)), 3),
         "over_max_length": sum(n > tok.model_max_length for n in lengths),
     }
-
-
-def save(tok: PreTrainedTokenizerFast, out: Path) -> None:
-    tok.save_pretrained(str(out))

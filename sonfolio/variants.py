@@ -4,11 +4,11 @@ A variant is a folder. Either a PyTorch folder (`save_pretrained`: config.json,
 model.safetensors, tokenizer, processor) or an ONNX folder in optimum's layout
 (encoder_model.onnx, decoder_model_merged.onnx or decoder_model.onnx +
 decoder_with_past_model.onnx, config.json, generation_config.json, tokenizer, processor), as
-written by the export stages under ${paths.score_export}/<variant>/ and
-${paths.speech_export}/<variant>/. The track comes from config.json: a
-vision-encoder-decoder model reads scores, a whisper model hears speech.
+written by the export stage under ${paths.tracks.<track>.export}/<variant>/. The track comes
+from config.json: a vision-encoder-decoder model reads scores, a whisper model hears speech;
+the track's definition (sonfolio.tracks) names the classes that load it.
 
-ONNX folders load with optimum's ORTModelForVision2Seq / ORTModelForSpeechSeq2Seq, on
+ONNX folders load with optimum's ORTModel of the track (ORTModelForVision2Seq, ...), on
 CUDAExecutionProvider when onnxruntime has it and device allows, else on CPU; PyTorch ones on
 CUDA when torch sees a GPU. Every choice is logged with its reason. A model whose config says
 `ctc_decoding: true` is read by its CTC head (sonfolio.train.ctc; in ONNX, the encoder's
@@ -29,28 +29,19 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import (
-    AutoConfig,
-    AutoTokenizer,
-    PreTrainedTokenizerBase,
-    VisionEncoderDecoderModel,
-    ViTImageProcessor,
-    WhisperFeatureExtractor,
-    WhisperForConditionalGeneration,
-)
+from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerBase
 
-from sonfolio import cpu
+from sonfolio import cpu, tracks
+from sonfolio.export.layout import DECODER, ENCODER, UNMERGED
 from sonfolio.train import ctc
 
 log = logging.getLogger(__name__)
 
+# config.json's model_type -> the track whose definition (sonfolio.tracks) says how it loads
 TRACKS = {"vision-encoder-decoder": "score", "whisper": "speech"}
 TORCH_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
-ENCODER = "encoder_model.onnx"
-DECODERS = (  # optimum's standard names: a merged decoder, or a decoder + one with past
-    ("decoder_model_merged.onnx",),
-    ("decoder_model.onnx", "decoder_with_past_model.onnx"),
-)
+# optimum's layouts: a merged decoder, or a decoder + one with past
+DECODERS = ((DECODER,), UNMERGED)
 
 
 class VariantError(ValueError):
@@ -64,9 +55,10 @@ class Variant:
     Attributes:
         name: the folder's name, e.g. "score_fp32", "fp32", "int8_ptq".
         kind: "torch" or "onnx".
-        track: "score" or "speech".
+        track: the track's name ("score", "speech"), from config.json's model_type.
         tokenizer: the folder's tokenizer.
-        processor: ViTImageProcessor (score) or WhisperFeatureExtractor (speech).
+        processor: the track's processor_class (score: ViTImageProcessor, speech:
+            WhisperFeatureExtractor).
         folder: where it was loaded from.
         device: where it runs: "cpu", "cuda" (torch) or the ORT provider's name.
     """
@@ -97,8 +89,8 @@ class Variant:
 
     @property
     def input_name(self) -> str:
-        """The model's input: "pixel_values" (score) or "input_features" (speech)."""
-        return "pixel_values" if self.track == "score" else "input_features"
+        """The model's input, as its track names it: "pixel_values" (score), ..."""
+        return tracks.get(self.track).input_name
 
     @torch.no_grad()
     def generate(self, inputs: torch.Tensor, max_new_tokens: int) -> list[str]:
@@ -244,7 +236,7 @@ def _greedy_loop(folder: Path, provider: str, threads: int | None) -> Any:
     start, eos = config.get("decoder_start_token_id"), config.get("eos_token_id")
     if set(config) - _PLAIN_GENERATION or not isinstance(start, int) or not isinstance(eos, int):
         return None
-    from sonfolio.export import OnnxFileError
+    from sonfolio.export.layout import OnnxFileError
     from sonfolio.infer.ortloop import OrtGreedy
 
     _onnx_files(folder)  # names a missing file as optimum would
@@ -256,7 +248,7 @@ def _greedy_loop(folder: Path, provider: str, threads: int | None) -> Any:
 
 def _ctc_loop(folder: Path, provider: str, threads: int | None, blank: int) -> Any:
     """sonfolio.infer.ortloop.OrtCtc over the folder's encoder (which carries the CTC head)."""
-    from sonfolio.export import OnnxFileError
+    from sonfolio.export.layout import OnnxFileError
     from sonfolio.infer.ortloop import OrtCtc
 
     _onnx_files(folder)  # names a missing file as optimum would
@@ -308,8 +300,7 @@ def _preprocessing(folder: Path, track: str) -> tuple[PreTrainedTokenizerBase, A
             )
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(folder))
-        cls = ViTImageProcessor if track == "score" else WhisperFeatureExtractor
-        processor = cls.from_pretrained(str(folder))
+        processor = tracks.get(track).processor_class().from_pretrained(str(folder))
     except (OSError, ValueError) as err:
         raise VariantError(f"{folder}: tokenizer or processor unreadable: {err}") from err
     return tokenizer, processor
@@ -326,7 +317,7 @@ def _torch_device(device: str) -> str:
 def _load_torch(folder: Path, track: str, threads: int | None, device: str) -> tuple[Any, str]:
     if threads:
         torch.set_num_threads(threads)
-    cls = VisionEncoderDecoderModel if track == "score" else WhisperForConditionalGeneration
+    cls = tracks.get(track).torch_model_class()
     try:
         model = ctc.load_head(cls.from_pretrained(str(folder)), folder)
     except (OSError, ValueError, RuntimeError) as err:
@@ -369,13 +360,12 @@ def _onnx_files(folder: Path) -> list[Path]:
 
 def _load_onnx(folder: Path, track: str, threads: int | None, provider: str) -> Any:
     import onnxruntime as ort
-    from optimum.onnxruntime import ORTModelForSpeechSeq2Seq, ORTModelForVision2Seq
 
     files = _onnx_files(folder)
     options = ort.SessionOptions()
     if threads:
         options.intra_op_num_threads = threads
-    cls = ORTModelForVision2Seq if track == "score" else ORTModelForSpeechSeq2Seq
+    cls = tracks.get(track).ort_model_class()
     try:
         model = cls.from_pretrained(str(folder), provider=provider, session_options=options)
     except Exception as err:  # onnxruntime raises its own pybind exception types

@@ -3,9 +3,10 @@ on cloud GPUs (what `sonfolio estimate --track <track>` prints; docs/cost.md).
 
 Run:    dvc repro estimate            (every track: estimate@score, estimate@speech)
         python -m tasks.estimate score
-Reads:  params.yaml (estimate, <track>_train, train_engine, train_presets, paths),
-        ${paths.<track>_data}/manifest.jsonl, ${paths.<track>_tokenizer}/ (the model and
-        batches are built as the track's training stage builds them)
+Reads:  params.yaml (estimate, <track>_train, train_engine, train_presets, paths; score also
+        score_data.image_long_side), ${paths.tracks.<track>.data}/manifest.jsonl,
+        ${paths.tracks.<track>.tokenizer}/ (the model and batches are built as the track's
+        training stage builds them)
 Writes: ${paths.metrics}/estimate_<track>.json (seconds per step measured here, FLOPs, MFU,
         and the price table's rows), read by the report
 
@@ -14,13 +15,14 @@ The first of the pipeline's steps written once for every track (dvc.yaml `foreac
 
 from __future__ import annotations
 
-import argparse
 import logging
+import sys
 from pathlib import Path
 from typing import Any
 
+from sonfolio import tracks
 from sonfolio.config import Params, load_params
-from sonfolio.estimate import TRACKS, estimate
+from sonfolio.estimate import estimate
 from sonfolio.io import write_json
 from sonfolio.logs import setup_logging
 
@@ -44,12 +46,10 @@ def run(params: Params, track: str, metrics_path: Path) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("track", choices=TRACKS)
-    args = parser.parse_args()
     setup_logging()
+    track = tracks.from_argv(sys.argv[1:], STAGE)
     params = load_params()
-    run(params, args.track, params.paths.metrics / f"{STAGE}_{args.track}.json")
+    run(params, track, params.paths.metrics / f"{STAGE}_{track}.json")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ Run:    dvc repro report      (or: python -m tasks.report)
 Reads:  params.yaml (report, paths), ${paths.metrics}/<track>_{train,qat,export,bench,eval}.json,
         ${paths.metrics}/estimate_<track>.json (the estimate stage),
         ${paths.live}/<track>_train/plots/metrics/ (DVCLive curves),
-        ${paths.score_eval}/samples/ (side-by-side PNGs), the speech clips the eval names
+        ${paths.track("score").eval}/samples/ (side-by-side PNGs), the speech clips the eval names
 Writes: ${paths.report}/index.html, ${paths.report}/assets/ (plots, copied samples and audio,
         summary.json for the Prefect artifacts), ${paths.report}/<track>_latency.csv (dvc plots)
 
@@ -22,7 +22,8 @@ from typing import Any
 
 from sonfolio.config import Report, load_params
 from sonfolio.logs import setup_logging
-from sonfolio.report import Sources, write_report
+from sonfolio.report.page import write_report
+from sonfolio.report.sources import Sources
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,7 @@ def main() -> None:
     sources = Sources(
         metrics=paths.metrics,
         live=paths.live,
-        evals={"score": paths.score_eval, "speech": paths.speech_eval},
+        evals={name: paths.track(name).eval for name in paths.tracks},
         root=Path.cwd(),
     )
     run(params.report, sources, paths.report)

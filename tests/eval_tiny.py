@@ -4,13 +4,14 @@ with optimum-onnx as the export stages do (tokenizer and processor copied beside
 
 from __future__ import annotations
 
+import csv
 import shutil
 from pathlib import Path
 
 import torch
-from transformers import ViTImageProcessor
 
 from sonfolio.config import Params, ScoreModel, SpeechModel
+from sonfolio.score.batches import image_processor
 from sonfolio.score.model import build as build_score
 from sonfolio.speech.model import build as build_speech
 from sonfolio.speech.processor import build_feature_extractor
@@ -45,7 +46,7 @@ def save_score(
 ) -> Path:
     """A tiny VisionEncoderDecoder for SHAPE images, trained `steps` steps on (pixels, texts)
     when pixels are given ((B, 1, H, W), ink = 1), saved as score_train saves it."""
-    from sonfolio.score.batches import label_ids
+    from sonfolio.train.samples import label_ids
 
     torch.manual_seed(0)
     tok = train_bpe(texts * 4, 300, 1, max_length)
@@ -56,12 +57,7 @@ def save_score(
         _train(model, {"pixel_values": pixels}, labels, steps)
     model.save_pretrained(str(folder))
     tok.save_pretrained(str(folder))
-    ViTImageProcessor(
-        do_resize=False,
-        do_rescale=False,
-        do_normalize=False,
-        size={"height": SHAPE[0], "width": SHAPE[1]},
-    ).save_pretrained(str(folder))
+    image_processor(*SHAPE).save_pretrained(str(folder))
     return folder
 
 
@@ -77,7 +73,7 @@ def save_speech(
     """A tiny Whisper with a `window_s` window, its BPE trained on `corpus` (default: texts),
     trained `steps` steps on (audio, texts) when audio is given (16 kHz float arrays), saved
     as speech_train saves it."""
-    from sonfolio.speech.batches import label_ids
+    from sonfolio.train.samples import label_ids
 
     torch.manual_seed(0)
     texts = texts or ["il fait beau à Paris", "bonjour"]
@@ -105,3 +101,9 @@ def export(src: Path, dest: Path, task: str, **shapes: int) -> Path:
         shutil.copy(src / name, dest / name)
     shutil.copy(src / "preprocessor_config.json", dest / "preprocessor_config.json")
     return dest
+
+
+def quality_csv(out: Path) -> list[dict[str, str]]:
+    """The rows of the eval's quality.csv under `out` (the `dvc plots` data), in file order."""
+    with (out / "quality.csv").open() as f:
+        return list(csv.DictReader(f))

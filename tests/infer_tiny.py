@@ -16,9 +16,9 @@ import numpy as np
 import torch
 import yaml
 from PIL import Image
-from transformers import ViTImageProcessor
 
 from sonfolio.config import Params, ScoreModel, SpeechModel
+from sonfolio.score.batches import image_processor
 from sonfolio.score.lilypond import compile_systems, find_lilypond
 from sonfolio.speech.audio import write_wav
 from sonfolio.speech.espeak import synthesize
@@ -48,13 +48,7 @@ def score_model(folder: Path) -> Path:
     model = build(cfg, tok, SCORE_SHAPE[1])
     model.save_pretrained(str(folder))
     tok.save_pretrained(str(folder))
-    height, width = SCORE_SHAPE
-    ViTImageProcessor(
-        do_resize=False,
-        do_rescale=False,
-        do_normalize=False,
-        size={"height": height, "width": width},
-    ).save_pretrained(str(folder))
+    image_processor(*SCORE_SHAPE).save_pretrained(str(folder))
     return folder
 
 
@@ -70,6 +64,22 @@ def speech_model(folder: Path, params: Params) -> Path:
     tok.save_pretrained(str(folder))
     features.save_pretrained(str(folder))
     return folder
+
+
+def pages_and_models(root: Path, params: Params) -> dict[str, Path]:
+    """What the inference and service tests read, made under `root`: the first of SYSTEMS
+    engraved (system.png), a page of all three (page.png), and the tiny score and speech
+    models' folders."""
+    systems = render_systems(SYSTEMS)
+    systems[0].save(root / "system.png")
+    stack(systems)[0].save(root / "page.png")
+    return {
+        "root": root,
+        "system": root / "system.png",
+        "page": root / "page.png",
+        "score": score_model(root / "score"),
+        "speech": speech_model(root / "speech", params),
+    }
 
 
 def render_systems(texts: list[str], long_side: int = 640) -> list[Image.Image]:

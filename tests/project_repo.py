@@ -98,7 +98,7 @@ def tool_env() -> dict[str, str]:
     return {**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
 
 
-TARGET = "score_tokenizer"  # the score track's end so far; `dvc repro` of it runs both stages
+TARGET = "tokenizer@score"  # the score track's end so far; `dvc repro` of it runs both stages
 
 
 def dvc(repo: Path, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
@@ -116,4 +116,4 @@ def dvc(repo: Path, *args: str, ok: bool = True) -> subprocess.CompletedProcess[
 
 def ran(res: subprocess.CompletedProcess[str]) -> list[str]:
     """The stages a `dvc repro` really ran (not skipped, not restored from the run cache)."""
-    return re.findall(r"Running stage '(\w+)'", res.stdout)
+    return re.findall(r"Running stage '([\w@]+)'", res.stdout)  # data@score: foreach stages

@@ -92,3 +92,30 @@ def test_clips_longer_than_the_model_window_fail_before_any_work():
     assert "speech_data.max_duration_s = 12" in str(err.value)
     assert "chunk_length_s = 8" in str(err.value)
     assert "{" not in str(err.value), "the message must not dump the whole params mapping"
+
+
+def test_a_moved_paths_key_names_where_it_went():
+    """An older params.yaml with the flat per-track paths says where each key lives now."""
+    raw = raw_params()
+    raw["paths"]["score_model"] = "models/score_fp32"
+    with pytest.raises(ParamsError, match=r"paths\.score_model is now paths\.tracks\.score\.model"):
+        parse_params(raw)
+
+
+def test_a_track_without_its_params_sections_is_refused():
+    raw = raw_params()
+    raw["paths"]["tracks"]["piano"] = dict(raw["paths"]["tracks"]["score"])
+    with pytest.raises(ParamsError, match=r"paths\.tracks\.piano has no params sections"):
+        parse_params(raw)
+
+
+def test_a_step_runs_for_a_known_track_only():
+    from sonfolio import tracks
+
+    assert tracks.get("score").name == "score" and tracks.from_argv(["speech"], "train") == "speech"
+    with pytest.raises(tracks.UnknownTrack, match="no sonfolio/piano/definition.py"):
+        tracks.get("piano")
+    with pytest.raises(tracks.UnknownTrack, match="lowercase"):
+        tracks.get("../etc")  # never imported: a name is checked before the import
+    with pytest.raises(tracks.UnknownTrack, match=r"usage: python -m tasks\.train <track>"):
+        tracks.from_argv([], "train")

@@ -94,7 +94,7 @@ def test_doctor_warns_for_an_eight_bit_int8_model_on_a_cpu_that_saturates(
     export = tmp_path / "score_onnx"
     _int8_folder(export / "int8_ptq", 64)
     eight = _int8_folder(tmp_path / "mine", 127)
-    paths = params.paths.model_copy(update={"score_export": export})
+    paths = params.paths.with_track("score", export=export)
     found = int8_models(params.model_copy(update={"paths": paths}), ["score"], [eight])
     assert [m["folder"] for m in found] == [str(eight), str(export / "int8_ptq")]
     assert "export.int8_weight_bits: 7" in found[0]["warning"] and found[1]["warning"] is None

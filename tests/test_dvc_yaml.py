@@ -7,6 +7,7 @@ to it would not rerun the stage, and a stale output would look up to date.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -16,20 +17,26 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT_PACKAGES = ("sonfolio", "tasks", "flows")
 PACKAGE_INIT = ROOT / "sonfolio" / "__init__.py"
+PARAMS = yaml.safe_load((ROOT / "params.yaml").read_text())
 
 
+@functools.cache
 def dvc_stages() -> dict[str, dict]:
-    """dvc.yaml's stages by name, a `foreach` stage expanded per item as DVC names it
-    (`estimate@score`): ${key} replaced, ${item.*} left as interpolations."""
+    """Every stage as DVC itself resolves dvc.yaml (a `foreach` stage once per track, named
+    `train@score`, its ${...} filled from params.yaml): cmd, deps and params."""
+    from dvc.repo import Repo
+
     stages = {}
-    for name, spec in yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"].items():
-        if "foreach" not in spec:
-            stages[name] = spec
-            continue
-        for key in spec["foreach"]:
-            text = yaml.safe_dump(spec["do"]).replace("${key}", key)
-            stages[f"{name}@{key}"] = yaml.safe_load(text)
+    for st in Repo(str(ROOT)).index.stages:
+        deps = [d.def_path for d in st.deps if not hasattr(d, "params")]
+        params = [k for d in st.deps if hasattr(d, "params") for k in d.params]
+        stages[st.addressing] = {"cmd": st.cmd, "deps": deps, "params": params}
     return stages
+
+
+def covered(path: str, deps: set[str]) -> bool:
+    """A file is in a stage's deps itself or through a folder dep (`sonfolio/score`)."""
+    return any(path == d or path.startswith(d.rstrip("/") + "/") for d in deps)
 
 
 def module_file(name: str) -> Path | None:
@@ -74,25 +81,32 @@ def test_stage_lists_every_module_it_imports(stage):
     name, _, track = stage.partition("@")
     assert match.group(1) == f"tasks.{name}", "stage name = module name"
     assert (match.group(2) or "").strip() == track, "a foreach stage runs for its own track"
-    needed = {p.relative_to(ROOT).as_posix() for p in project_imports(match.group(1))}
-    deps = {d for d in spec["deps"] if "${" not in d}
-    assert needed - deps == set(), f"{stage} imports modules missing from its deps"
-    assert all((ROOT / d).exists() for d in deps), f"{stage} lists deps that do not exist"
+    entries = [match.group(1)]
+    if track:  # the step loads the track's definition by name (sonfolio.tracks)
+        entries.append(f"sonfolio.{track}.definition")
+    needed = {p.relative_to(ROOT).as_posix() for e in entries for p in project_imports(e)}
+    deps = set(spec["deps"])
+    missing = {p for p in needed if not covered(p, deps)}
+    assert missing == set(), f"{stage} imports modules missing from its deps"
+    code = [d for d in deps if d.split("/")[0] in PROJECT_PACKAGES]  # not the outputs it reads
+    assert all((ROOT / d).exists() for d in code), f"{stage} lists deps that do not exist"
 
 
 @pytest.mark.parametrize("stage", sorted(dvc_stages()))
 def test_stage_has_its_params_section(stage):
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    name = stage.partition("@")[0]
-    assert name in params, f"params.yaml has no section for stage {name}"
-    assert name in dvc_stages()[stage]["params"]
+    name, _, track = stage.partition("@")
+    section = f"{track}_{name}" if f"{track}_{name}" in params else name  # score_train
+    assert section in params, f"params.yaml has no section for stage {stage}"
+    assert section in dvc_stages()[stage]["params"]
 
 
 def test_only_the_data_stages_list_the_data_folders():
     """Readers of the images and clips list the manifest (which holds every file's sha256):
     a folder dep makes DVC walk thousands of files per stage on every no-op `dvc repro`."""
     for stage, spec in dvc_stages().items():
-        for folder in ("${paths.score_data}", "${paths.speech_data}"):
+        for track in ("score", "speech"):
+            folder = PARAMS["paths"]["tracks"][track]["data"]
             assert folder not in spec["deps"], f"{stage}: list {folder}/manifest.jsonl instead"
 
 

@@ -17,8 +17,8 @@ pytestmark = pytest.mark.slow
 
 
 def test_stage_order_comes_from_the_dvc_graph(project):
-    assert pipeline_stages(project, [TARGET]) == ["score_data", "score_tokenizer"]
-    assert pipeline_stages(project, ["score_data"]) == ["score_data"]
+    assert pipeline_stages(project, [TARGET]) == ["data@score", "tokenizer@score"]
+    assert pipeline_stages(project, ["data@score"]) == ["data@score"]
     with pytest.raises(ValueError, match="unknown stage"):
         pipeline_stages(project, ["no_such_stage"])
 
@@ -29,7 +29,7 @@ def test_flow_runs_each_stage_as_a_task_under_the_harness(project):
     with prefect_test_harness():
         state = pipeline(repo=str(project), stages=[TARGET], return_state=True)
     assert state.is_completed(), state.message
-    assert state.result() == ["score_data", "score_tokenizer"]
+    assert state.result() == ["data@score", "tokenizer@score"]
 
 
 def free_port() -> int:
@@ -124,7 +124,7 @@ def test_served_deployment_has_its_schedule_and_a_triggered_run_completes(projec
         tasks = httpx.post(
             f"{api}/task_runs/filter", json={"flow_runs": {"id": {"any_": [run["id"]]}}}
         ).json()
-        assert {t["name"] for t in tasks} >= {f"dvc repro {s}" for s in ("score_data", TARGET)}
+        assert {t["name"] for t in tasks} >= {f"dvc repro {s}" for s in ("data@score", TARGET)}
     finally:
         serve.terminate()
         serve.wait(30)

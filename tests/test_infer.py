@@ -12,12 +12,9 @@ from infer_tiny import (
     SPEECH_WINDOW_S,
     SYSTEMS,
     TINY_INFER,
+    pages_and_models,
     params_file,
-    render_systems,
-    score_model,
-    speech_model,
     speech_wav,
-    stack,
 )
 from PIL import Image
 
@@ -29,15 +26,11 @@ from sonfolio.infer.run import Reading, SystemText, _problem, default_model
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory, params):
-    root = tmp_path_factory.mktemp("infer")
-    systems = render_systems(SYSTEMS)
-    systems[0].save(root / "system.png")
-    stack(systems)[0].save(root / "page.png")
+    files = pages_and_models(tmp_path_factory.mktemp("infer"), params)
+    root = files["root"]
     (root / "notes.txt").write_text("not an image, not audio\n")
     return {
-        "root": root,
-        "score": score_model(root / "score"),
-        "speech": speech_model(root / "speech", params),
+        **files,
         "params": params_file(root, **TINY_INFER),
         "wav": speech_wav(root / "short.wav"),
         "long": speech_wav(root / "long.wav", seconds=2.5 * SPEECH_WINDOW_S),
@@ -187,9 +180,7 @@ def test_an_empty_image_has_no_systems_and_says_so(files, capsys):
 
 
 def test_the_default_model_is_the_exported_variant_else_fp32(params, tmp_path):
-    paths = params.paths.model_copy(
-        update={"score_export": tmp_path / "onnx", "score_model": tmp_path / "fp32"}
-    )
+    paths = params.paths.with_track("score", export=tmp_path / "onnx", model=tmp_path / "fp32")
     folder, why = default_model("score", paths, "int8_ptq")
     assert folder == tmp_path / "fp32" and "onnx/int8_ptq is absent" in why
     (tmp_path / "onnx" / "int8_ptq").mkdir(parents=True)
@@ -207,7 +198,8 @@ def test_audio_cuts_that_do_not_fit_the_model_window_fail_at_load(files, capsys,
 @pytest.mark.slow
 def test_read_and_transcribe_with_int8_onnx_exports(files, capsys, params):
     """The default route: models exported and quantized by the export stages' own functions."""
-    from sonfolio.export import export_fp32, quantize_int8
+    from sonfolio.export.fp32 import export_fp32
+    from sonfolio.export.int8 import quantize_int8
 
     exported = {}
     for track, task in (

@@ -13,7 +13,8 @@ from urllib.parse import urlparse
 import pytest
 from PIL import Image
 
-from sonfolio.report import SUMMARY, Sources
+from sonfolio.report.page import SUMMARY
+from sonfolio.report.sources import Sources
 from tasks.report import run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -195,7 +196,7 @@ def test_full_run_renders_every_part_with_resolving_links(run_dir, params):
     summary = run(params.report, sources(run_dir), out)
     html = (out / "index.html").read_text(encoding="utf-8")
     page = assert_links_resolve(out)
-    assert set(summary["missing"]) == {"dvc repro speech_qat", "dvc repro speech_export"}
+    assert set(summary["missing"]) == {"dvc repro qat@speech", "dvc repro export@speech"}
     # training: the val loss first -> best, the step-time breakdown, the baseline
     assert "3.466 → 2.615" in html and "415.7" in html and "61.99" in html and "0.7764" in html
     # plots: both loss curves, quality per variant, latency per variant
@@ -230,9 +231,8 @@ def test_missing_inputs_show_the_command_that_makes_them(tmp_path, params):
     summary = run(params.report, sources(root), out)
     html = (out / "index.html").read_text(encoding="utf-8")
     for track in ("score", "speech"):
-        for stage in ("train", "eval", "bench", "export", "qat"):
-            assert f"not yet produced: run <code>dvc repro {track}_{stage}</code>" in html
-        assert f"not yet produced: run <code>dvc repro estimate@{track}</code>" in html
+        for step in ("train", "qat", "export", "bench", "eval", "estimate"):  # one stage per step
+            assert f"not yet produced: run <code>dvc repro {step}@{track}</code>" in html
     assert len(summary["missing"]) == 12 and summary["images"] == 0
     assert_links_resolve(out)  # the nav's #fragments, even with no data
     with (out / "score_latency.csv").open() as f:
@@ -250,7 +250,7 @@ def test_rerun_replaces_outputs_and_keeps_dvcs_gitignore(run_dir, params):
     run(params.report, sources(run_dir), out)
     assert (out / ".gitignore").is_file()
     assert not (out / "assets/score_latency.png").exists(), "a stale plot survived the rerun"
-    assert "dvc repro score_bench" in json.loads((out / SUMMARY).read_text())["missing"]
+    assert "dvc repro bench@score" in json.loads((out / SUMMARY).read_text())["missing"]
     assert [p.name for p in out.iterdir() if p.name.startswith(".report")] == []
 
 
@@ -260,7 +260,7 @@ def test_summary_holds_markdown_tables_for_the_prefect_ui(run_dir, params):
     markdown = json.loads((out / SUMMARY).read_text())["markdown"]
     assert set(markdown) == {"score", "speech", "run"}
     assert "| variant | runtime | size MB |" in markdown["score"]
-    assert "not yet produced: run `dvc repro speech_qat`" in markdown["speech"]
+    assert "not yet produced: run `dvc repro qat@speech`" in markdown["speech"]
 
 
 def test_report_of_this_repository_resolves(tmp_path, params):
@@ -271,7 +271,7 @@ def test_report_of_this_repository_resolves(tmp_path, params):
     src = Sources(
         metrics=ROOT / paths.metrics,
         live=ROOT / paths.live,
-        evals={"score": ROOT / paths.score_eval, "speech": ROOT / paths.speech_eval},
+        evals={t: ROOT / paths.track(t).eval for t in paths.tracks},
         root=ROOT,
     )
     out = tmp_path / "reports"
@@ -279,6 +279,9 @@ def test_report_of_this_repository_resolves(tmp_path, params):
     page = assert_links_resolve(out)
     for path in (ROOT / paths.metrics).glob("*.json"):
         assert f"dvc repro {path.stem}" not in summary["missing"], f"{path} exists"
+        track, _, step = path.stem.partition("_")  # metrics/<track>_<step>.json: <step>@<track>
+        if track in paths.tracks:
+            assert f"dvc repro {step}@{track}" not in summary["missing"], f"{path} exists"
     if (ROOT / paths.metrics / "score_eval.json").is_file():
         assert any("/samples/score/" in s for s in srcs(page, "img")), "no side-by-side images"
 

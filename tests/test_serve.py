@@ -3,7 +3,6 @@ app's lifespan, uploads sent with httpx as a client program would send them."""
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import shutil
@@ -17,18 +16,7 @@ from contextlib import contextmanager
 import httpx
 import pytest
 import uvicorn
-from infer_tiny import (
-    ROOT,
-    SPEECH_WINDOW_S,
-    SYSTEMS,
-    TINY_INFER,
-    params_file,
-    render_systems,
-    score_model,
-    speech_model,
-    speech_wav,
-    stack,
-)
+from infer_tiny import ROOT, SPEECH_WINDOW_S, TINY_INFER, pages_and_models, params_file, speech_wav
 
 from sonfolio.config import parse_params
 from sonfolio.serve import create_app
@@ -38,21 +26,15 @@ MAX_MB = 0.25  # the tests' upload limit: a page PNG fits, 1 MB does not
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory, params):
-    root = tmp_path_factory.mktemp("serve")
-    systems = render_systems(SYSTEMS)
-    system, page = io.BytesIO(), io.BytesIO()
-    systems[0].save(system, format="PNG")
-    stack(systems)[0].save(page, format="PNG")
+    files = pages_and_models(tmp_path_factory.mktemp("serve"), params)
     raw = params.model_dump(mode="json")
     raw["infer"].update(TINY_INFER)
     return {
-        "root": root,
+        **files,
         "cfg": parse_params(raw).infer,
-        "score": score_model(root / "score"),
-        "speech": speech_model(root / "speech", params),
-        "system": system.getvalue(),
-        "page": page.getvalue(),
-        "wav": speech_wav(root / "clip.wav", seconds=1.5 * SPEECH_WINDOW_S).read_bytes(),
+        "system": files["system"].read_bytes(),  # uploads: the PNG files' bytes
+        "page": files["page"].read_bytes(),
+        "wav": speech_wav(files["root"] / "clip.wav", seconds=1.5 * SPEECH_WINDOW_S).read_bytes(),
     }
 
 

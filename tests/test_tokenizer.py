@@ -5,9 +5,12 @@ from __future__ import annotations
 import pytest
 from transformers import AutoTokenizer
 
+from sonfolio import tracks
 from sonfolio.io import write_jsonl
 from sonfolio.tokenizer import round_trip_failures, train_bpe
-from tasks.score_tokenizer import run
+from tasks.tokenizer import run
+
+SCORE = tracks.get("score")
 
 TEXTS = [
     r"\clef treble \key g \major \time 3/4 \partial 4 d'4 | g'4 a'4 b'4 | c''2.",
@@ -29,7 +32,7 @@ def test_stage_saves_a_tokenizer_transformers_loads(tmp_path, params):
     rows = [{"text": t, "split": s} for t, s in zip(TEXTS * 10, splits, strict=True)]
     write_jsonl(tmp_path / "manifest.jsonl", rows)
     cfg = params.score_tokenizer.model_copy(update={"vocab_size": 300})
-    stats = run(cfg, tmp_path / "manifest.jsonl", tmp_path / "tok", tmp_path / "m.json")
+    stats = run(cfg, SCORE, tmp_path / "manifest.jsonl", tmp_path / "tok", tmp_path / "m.json")
     assert stats["round_trip_checked"] == 30 and stats["round_trip_failures"] == 0
     loaded = AutoTokenizer.from_pretrained(tmp_path / "tok")
     assert loaded.decode(loaded(TEXTS[2])["input_ids"], skip_special_tokens=True) == TEXTS[2]
@@ -39,5 +42,11 @@ def test_stage_saves_a_tokenizer_transformers_loads(tmp_path, params):
 def test_stage_refuses_a_manifest_without_train_split(tmp_path, params):
     write_jsonl(tmp_path / "manifest.jsonl", [{"text": TEXTS[0], "split": "test"}])
     with pytest.raises(ValueError, match="no train split"):
-        run(params.score_tokenizer, tmp_path / "manifest.jsonl", tmp_path / "t", tmp_path / "m")
+        run(
+            params.score_tokenizer,
+            SCORE,
+            tmp_path / "manifest.jsonl",
+            tmp_path / "t",
+            tmp_path / "m",
+        )
     assert not (tmp_path / "t").exists()

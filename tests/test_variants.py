@@ -101,16 +101,27 @@ def copy_of(src: Path, dest: Path) -> Path:
     return dest
 
 
-def test_missing_onnx_file_is_named(score_dirs, tmp_path):
-    broken = copy_of(score_dirs[1], tmp_path / "no_decoder")
-    (broken / "decoder_model_merged.onnx").unlink()
-    for name in ("decoder_model.onnx", "decoder_with_past_model.onnx"):
+# (0: the PyTorch folder, 1: its ONNX export; the files removed, the first of which the folder
+# had; what the error says)
+MISSING = [
+    (
+        1,
+        ("decoder_model_merged.onnx", "decoder_model.onnx", "decoder_with_past_model.onnx"),
+        "decoder_model_merged.onnx is missing",
+    ),
+    (1, ("encoder_model.onnx",), "encoder_model.onnx is missing"),
+    (0, ("tokenizer.json",), "tokenizer.json is missing"),
+    (0, ("model.safetensors",), "neither model.safetensors"),
+]
+
+
+@pytest.mark.parametrize(("which", "removed", "named"), MISSING)
+def test_a_missing_file_is_named(score_dirs, tmp_path, which, removed, named):
+    broken = copy_of(score_dirs[which], tmp_path / "broken")
+    (broken / removed[0]).unlink()
+    for name in removed[1:]:  # the unmerged decoders, where the export wrote them too
         (broken / name).unlink(missing_ok=True)
-    with pytest.raises(variants.VariantError, match="decoder_model_merged.onnx is missing"):
-        variants.load(broken)
-    broken = copy_of(score_dirs[1], tmp_path / "no_encoder")
-    (broken / "encoder_model.onnx").unlink()
-    with pytest.raises(variants.VariantError, match="encoder_model.onnx is missing"):
+    with pytest.raises(variants.VariantError, match=named):
         variants.load(broken)
 
 
@@ -124,17 +135,10 @@ def test_corrupt_onnx_file_is_named(score_dirs, tmp_path):
         variants.load(broken)
 
 
-def test_missing_config_tokenizer_or_weights_are_named(score_dirs, tmp_path):
+def test_a_missing_folder_or_a_config_of_no_model_is_named(score_dirs, tmp_path):
     with pytest.raises(variants.VariantError, match="is not a folder"):
         variants.load(tmp_path / "nothing")
-    broken = copy_of(score_dirs[0], tmp_path / "no_tokenizer")
-    (broken / "tokenizer.json").unlink()
-    with pytest.raises(variants.VariantError, match="tokenizer.json is missing"):
-        variants.load(broken)
-    broken = copy_of(score_dirs[0], tmp_path / "no_weights")
-    (broken / "model.safetensors").unlink()
-    with pytest.raises(variants.VariantError, match="neither model.safetensors"):
-        variants.load(broken)
+    broken = copy_of(score_dirs[0], tmp_path / "no_model_config")
     (broken / "config.json").write_text("{}")
     with pytest.raises(variants.VariantError, match="config.json is not a model config"):
         variants.load(broken)

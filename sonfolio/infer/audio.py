@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -42,6 +43,11 @@ def frame_db(audio: np.ndarray, sample_rate: int) -> np.ndarray:
     starts = np.arange(0, audio.size - frame + 1, hop)
     energy = np.maximum(total[starts + frame] - total[starts], 0.0) / frame
     return 20 * np.log10(np.sqrt(energy) + 1e-10)
+
+
+def processor_window_s(processor: Any) -> float:
+    """The speech model's input window, in seconds (WhisperFeatureExtractor.n_samples)."""
+    return processor.n_samples / processor.sampling_rate
 
 
 def check_settings(window_s: float, cfg: AudioChunks) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -137,27 +138,41 @@ def _write(text: str, output: Path | None) -> None:
     log.info("wrote %s", output)
 
 
+def _each_input(
+    args: argparse.Namespace,
+    track: str,
+    paths: list[Path],
+    opener: Callable[[Path, str], Any],
+    one: Callable[[Any, str, Any, Any], Any],
+    render: Callable[[str, list[Any]], str],
+) -> int:
+    """What `read` and `transcribe` share: params.yaml and every input checked before the
+    track's model loads, `one(variant, name, input, infer settings)` per input, then
+    `render(model name, results)` written to --output or stdout."""
+    params = _params(args.params)
+    inputs = _inputs(paths, opener)
+    variant = _model(args.model, track, params, args.threads, args.device)
+    results = [one(variant, name, x, params.infer) for name, x in inputs]
+    _write(render(variant.name, results), args.output)
+    return 0
+
+
 def run_read(args: argparse.Namespace) -> int:
     from sonfolio.infer import formats
     from sonfolio.infer.inputs import open_image
     from sonfolio.infer.run import read_image
 
-    params = _params(args.params)
-    images = _inputs(args.images, open_image)
-    variant = _model(args.model, "score", params, args.threads, args.device)
-    results = []
-    for name, image in images:
-        reading = read_image(variant, image, args.page, params.infer)
+    def one(variant: Any, name: str, image: Any, cfg: Any) -> tuple[str, Any]:
+        reading = read_image(variant, image, args.page, cfg)
         log.info("%s: %d systems", name, len(reading.systems))
-        results.append((name, reading))
-    if args.format == "json":
-        out = formats.read_json(variant.name, results)
-    elif args.format == "ly":
-        out = formats.read_lilypond(results)
-    else:
-        out = formats.read_text(results)
-    _write(out, args.output)
-    return 0
+        return name, reading
+
+    render = {
+        "json": formats.read_json,
+        "ly": lambda _model, results: formats.read_lilypond(results),
+        "text": lambda _model, results: formats.read_text(results),
+    }[args.format]
+    return _each_input(args, "score", args.images, open_image, one, render)
 
 
 def run_transcribe(args: argparse.Namespace) -> int:
@@ -166,19 +181,15 @@ def run_transcribe(args: argparse.Namespace) -> int:
     from sonfolio.infer.run import transcribe
     from sonfolio.speech.audio import SAMPLE_RATE
 
-    params = _params(args.params)
-    clips = _inputs(args.audio, open_audio)
-    variant = _model(args.model, "speech", params, args.threads, args.device)
-    results = []
-    for name, audio in clips:
-        chunks, text = transcribe(variant, audio, params.infer)
-        results.append(formats.transcript_result(name, audio.size / SAMPLE_RATE, chunks, text))
-    if args.format == "json":
-        out = formats.transcripts_json(variant.name, results)
-    else:
-        out = formats.transcripts_text(results)
-    _write(out, args.output)
-    return 0
+    def one(variant: Any, name: str, audio: Any, cfg: Any) -> dict:
+        chunks, text = transcribe(variant, audio, cfg)
+        return formats.transcript_result(name, audio.size / SAMPLE_RATE, chunks, text)
+
+    render = {
+        "json": formats.transcripts_json,
+        "text": lambda _model, results: formats.transcripts_text(results),
+    }[args.format]
+    return _each_input(args, "speech", args.audio, open_audio, one, render)
 
 
 def run_serve(args: argparse.Namespace) -> int:

@@ -1,7 +1,7 @@
 """A plain greedy decoding loop over a model's ONNX Runtime sessions, for the CPU.
 
 Used by `sonfolio read` / `transcribe` / `serve` and the eval stages (through
-sonfolio.variants) and measured by the bench stages (sonfolio.bench) as `ort_loop`.
+sonfolio.variants) and measured by the bench stages (sonfolio.bench.loop_runtime) as `ort_loop`.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class OrtGreedy:
       (CPU OrtValues from numpy do not copy), written in place; the logits land in a
       preallocated array.
     - the first step runs the merged decoder (its no-past branch); later steps run its
-      with-past branch as a session of its own (sonfolio.export.with_past_decoder), which
+      with-past branch as a session of its own (sonfolio.export.with_past.with_past_decoder), which
       skips the `If` and what only the first step needs.
     - the decoder sessions run `decoder_threads` intra-op threads (1 in params) at batch 1: a
       step's ops are too small to split; the encoder keeps `threads`. From `batch_threads`
@@ -67,7 +67,7 @@ class OrtGreedy:
     ) -> None:
         import onnxruntime
 
-        from sonfolio.export import DECODER, ENCODER, load_onnx
+        from sonfolio.export.layout import DECODER, ENCODER, load_onnx
 
         load_onnx(folder / ENCODER)  # names a missing or corrupt file (OnnxFileError)
         merged = load_onnx(folder / DECODER)  # checked, and its with-past branch cut out
@@ -92,7 +92,7 @@ class OrtGreedy:
         if threads not in self._decoders:
             import onnx
 
-            from sonfolio.export import DECODER
+            from sonfolio.export.layout import DECODER
 
             # parsed again rather than kept since start-up: a large decoder's proto is GBs
             self._decoders[threads] = self._pair(onnx.load(str(self.folder / DECODER)), threads)
@@ -100,7 +100,8 @@ class OrtGreedy:
 
     def _pair(self, merged: Any, threads: int) -> tuple[Any, Any]:
         """Sessions for the merged decoder (first step) and its with-past branch (the rest)."""
-        from sonfolio.export import DECODER, with_past_decoder
+        from sonfolio.export.layout import DECODER
+        from sonfolio.export.with_past import with_past_decoder
 
         past = with_past_decoder(merged).SerializeToString()
         return self._session(str(self.folder / DECODER), threads), self._session(past, threads)
@@ -161,7 +162,7 @@ class OrtGreedy:
 
 class OrtCtc:
     """Greedy CTC reading over an exported encoder that carries the CTC head (its `ctc_logits`
-    output, sonfolio.export.add_ctc_output): one encoder run a batch, the best label per
+    output, sonfolio.export.fp32.add_ctc_output): one encoder run a batch, the best label per
     position, repeats merged, blanks dropped. The decoder files are not used.
 
     The same `encode` / `generate` as OrtGreedy, so eval, read, serve and bench run either.
@@ -186,7 +187,7 @@ class OrtCtc:
         Raises:
             OnnxFileError: the file is missing or corrupt, or has no ctc_logits output.
         """
-        from sonfolio.export import ENCODER, OnnxFileError, load_onnx
+        from sonfolio.export.layout import ENCODER, OnnxFileError, load_onnx
 
         load_onnx(folder / ENCODER)  # names a missing or corrupt file (OnnxFileError)
         encoder = session(str(folder / ENCODER), threads, spin, provider)

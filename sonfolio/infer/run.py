@@ -20,8 +20,9 @@ import numpy as np
 import torch
 from PIL import Image
 
+from sonfolio import tracks
 from sonfolio.config import Infer, Paths
-from sonfolio.infer.audio import check_settings, join_texts, plan_chunks
+from sonfolio.infer.audio import join_texts, plan_chunks, processor_window_s
 from sonfolio.infer.page import Box, deskew, find_staves, split_page
 from sonfolio.score.batches import load_image, to_pixel_values
 from sonfolio.score.canonical import CanonicalError, validate
@@ -39,11 +40,7 @@ class ModelUnavailable(ValueError):
 
 def default_model(track: str, paths: Paths, variant: str) -> tuple[Path, str]:
     """The folder a command loads when none is given, and why that one."""
-    export, fp32 = (
-        (paths.score_export, paths.score_model)
-        if track == "score"
-        else (paths.speech_export, paths.speech_model)
-    )
+    export, fp32 = paths.track(track).export, paths.track(track).model
     if (export / variant).is_dir():
         return export / variant, f"the {variant} ONNX variant (infer.variant)"
     return fp32, f"the FP32 model: {export / variant} is absent (run the export stage for it)"
@@ -71,13 +68,14 @@ def check_fit(variant: Variant, cfg: Infer) -> None:
     """Settings that cannot work with this model fail when it loads, not on the first request.
 
     Raises:
-        ModelUnavailable: infer.audio's cuts do not fit the speech model's window.
+        ModelUnavailable: the track's definition finds a setting that cannot work (speech:
+            infer.audio's cuts do not fit the model's window).
     """
-    if variant.track == "speech":
-        try:
-            check_settings(window_s(variant.processor), cfg.audio)
-        except ValueError as err:
-            raise ModelUnavailable(f"{variant.folder}: {err}") from None
+    definition = tracks.get(variant.track)
+    try:
+        definition.check_infer(variant.processor, cfg)
+    except ValueError as err:
+        raise ModelUnavailable(f"{variant.folder}: {err}") from None
 
 
 def _batches(n: int, size: int) -> Iterator[slice]:
@@ -190,15 +188,10 @@ class ChunkText:
         return {"start": round(self.start_s, 3), "end": round(self.end_s, 3), "text": self.text}
 
 
-def window_s(processor: Any) -> float:
-    """The speech model's input window, in seconds (WhisperFeatureExtractor.n_samples)."""
-    return processor.n_samples / processor.sampling_rate
-
-
 def transcribe(variant: Variant, audio: np.ndarray, cfg: Infer) -> tuple[list[ChunkText], str]:
     """16 kHz mono float audio -> (each chunk's text, the whole text)."""
     fe = variant.processor
-    chunks = plan_chunks(audio, SAMPLE_RATE, window_s(fe), cfg.audio)
+    chunks = plan_chunks(audio, SAMPLE_RATE, processor_window_s(fe), cfg.audio)
     if len(chunks) > 1:
         log.info("%.1f s of audio in %d chunks", audio.size / SAMPLE_RATE, len(chunks))
     texts: list[str] = []

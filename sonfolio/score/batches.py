@@ -5,8 +5,8 @@ Systems are ~640 px wide and 50-300 px tall: each is scaled down only if it does
 placed at the left, centred vertically, on a blank (0) canvas. Pixels are inverted (ink 1,
 paper 0) so that the padding is blank paper.
 
-Labels are the tokenizer's ids without the leading <s> (the model's decoder_start_token_id
-puts it back when it shifts the labels right), ending in </s>; padding is -100 (ignored).
+Labels and batches as every track's (sonfolio.train.samples): ids without the leading <s>,
+ending in </s>, padded with -100.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
-from torch.utils.data import Dataset
-from transformers import PreTrainedTokenizerBase
+from transformers import PreTrainedTokenizerBase, ViTImageProcessor
 
-from sonfolio.train.engine import INDICES, SKIPPED, TOKENS
+from sonfolio.train import samples
+from sonfolio.train.samples import LabelledRows
 
 log = logging.getLogger(__name__)
 
@@ -50,19 +50,20 @@ def to_pixel_values(images: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(images).unsqueeze(1).float().div_(255.0)
 
 
-def label_ids(
-    tokenizer: PreTrainedTokenizerBase, texts: list[str], start_id: int
-) -> list[list[int]]:
-    ids = tokenizer(texts, add_special_tokens=True)["input_ids"]
-    return [x[1:] if x and x[0] == start_id else x for x in ids]
+def image_processor(height: int, width: int) -> ViTImageProcessor:
+    """The image processor saved beside a score model: it records the canvas (height, width)
+    and changes nothing, as the pixels come prepared (load_image, to_pixel_values)."""
+    return ViTImageProcessor(
+        do_resize=False,
+        do_rescale=False,
+        do_normalize=False,
+        size={"height": height, "width": width},
+    )
 
 
-class ScoreSystems(Dataset):
-    """Rows of the score manifest (one split) as (image, label ids) pairs.
-
-    A row whose image cannot be read comes back as {"index": i, "error": ...}; the collate
-    function drops it and lists it, and the engine counts and caps such samples.
-    """
+class ScoreSystems(LabelledRows):
+    """Rows of the score manifest (one split) as (image, label ids) pairs; an unreadable
+    image is an error marker (LabelledRows._load)."""
 
     def __init__(
         self,
@@ -73,27 +74,8 @@ class ScoreSystems(Dataset):
         shape: tuple[int, int],
         max_tokens: int,
     ) -> None:
-        labels = label_ids(tokenizer, [r["text"] for r in rows], start_id)
-        keep = [i for i, x in enumerate(labels) if len(x) <= max_tokens]
-        self.too_long = len(rows) - len(keep)
-        if self.too_long:
-            log.warning("%d systems longer than %d tokens left out", self.too_long, max_tokens)
-        self.rows = [rows[i] for i in keep]
-        self.labels = [labels[i] for i in keep]
-        self._cache: list[dict[str, Any]] | None = None
+        super().__init__(rows, tokenizer, start_id, max_tokens, "systems")
         self.root, self.shape = root, shape
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def preload(self) -> None:
-        """Decode every sample once and keep it in memory (the CPU default; see
-        sonfolio.train.speed.loader_workers). Unreadable ones stay error markers."""
-        if self._cache is None:
-            self._cache = [self._load(i) for i in range(len(self))]
-
-    def __getitem__(self, i: int) -> dict[str, Any]:
-        return self._cache[i] if self._cache is not None else self._load(i)
 
     def _load(self, i: int) -> dict[str, Any]:
         path = self.root / self.rows[i]["image"]
@@ -104,22 +86,12 @@ class ScoreSystems(Dataset):
             return {"index": i, "error": str(err)}
         return {"index": i, "image": image, "labels": self.labels[i]}
 
-    def longest(self) -> int:
-        return max(range(len(self)), key=lambda i: len(self.labels[i]))
-
 
 def collate(items: list[dict[str, Any]]) -> dict[str, Any]:
-    good = [x for x in items if "error" not in x]
-    if not good:
-        raise ValueError(f"every sample of a batch is unreadable: {[x['index'] for x in items]}")
-    longest = max(len(x["labels"]) for x in good)
-    labels = torch.full((len(good), longest), -100, dtype=torch.long)
-    for row, x in enumerate(good):
-        labels[row, : len(x["labels"])] = torch.tensor(x["labels"])
-    return {
-        "pixel_values": to_pixel_values(np.stack([x["image"] for x in good])),
-        "labels": labels,
-        SKIPPED: [x["index"] for x in items if "error" in x],
-        INDICES: [x["index"] for x in good],
-        TOKENS: sum(len(x["labels"]) for x in good),
-    }
+    """A batch of systems (sonfolio.train.samples.collate): pixel values (B, 1, H, W)."""
+    return samples.collate(
+        items,
+        "pixel_values",
+        lambda good: to_pixel_values(np.stack([x["image"] for x in good])),
+        "every sample of a batch is unreadable",
+    )

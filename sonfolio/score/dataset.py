@@ -3,33 +3,41 @@
 Parsing and rendering run in a pool of processes (music21 and LilyPond are single-threaded).
 Splits are by piece, so no piece has systems in two splits, plus a held-out split made of whole
 collections to measure generalisation to music the model never saw the like of.
+
+A source file that cannot be parsed is skipped and counted by reason; past
+`score_data.max_skip_fraction` of all pieces the build fails and lists them. A system whose
+render disagrees with its text (a failed bar check) is dropped and counted.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import statistics
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 from sonfolio.config import ScoreData, ScoreSplit
-from sonfolio.score.convert import (
-    SourceError,
-    System,
-    abc_tune_score,
-    abc_tunes,
-    pieces_from_file,
-    systems_from_score,
-)
-from sonfolio.score.render import RenderJob, RenderSettings
-from sonfolio.score.sources import Unit
+from sonfolio.parallel import pool_map, worker_count
+from sonfolio.score.canonical import System, symbols
+from sonfolio.score.convert import systems_from_score
+from sonfolio.score.lilypond import find_lilypond
+from sonfolio.score.parse import SourceError, abc_tune_score, abc_tunes, pieces_from_file
+from sonfolio.score.render import RenderJob, RenderSettings, render_batch
+from sonfolio.score.sources import Unit, list_units
 from sonfolio.score.synth import synth_systems
 
 log = logging.getLogger(__name__)
 
 SPLITS = ("train", "val", "test", "heldout")
+
+
+class TooManySkipped(RuntimeError):
+    """More source files were unusable than score_data.max_skip_fraction allows."""
 
 
 @dataclass
@@ -121,3 +129,86 @@ def synthetic(n_real: int, cfg: ScoreData) -> list[tuple[System, str]]:
 
 def render_settings(cfg: ScoreData, lilypond: Path) -> RenderSettings:
     return RenderSettings(lilypond, cfg.resolution_dpi, cfg.image_long_side, cfg.augment)
+
+
+def check_skips(parsed: list[Parsed], max_fraction: float) -> Counter[str]:
+    """Count the skipped pieces by reason; fail, listing them, past `max_fraction` of all.
+
+    Raises:
+        TooManySkipped: naming the key to raise and every skipped file.
+    """
+    skipped = [p for p in parsed if p.skip_reason]
+    if parsed and len(skipped) / len(parsed) > max_fraction:
+        listing = "\n".join(f"  {p.unit.path} [{p.unit.piece}]: {p.skip_reason}" for p in skipped)
+        raise TooManySkipped(
+            f"{len(skipped)} of {len(parsed)} pieces could not be used "
+            f"({len(skipped) / len(parsed):.1%} > score_data.max_skip_fraction = "
+            f"{max_fraction}). Fix or remove these files, or raise the fraction:\n{listing}"
+        )
+    for p in skipped:
+        log.warning("skipped %s: %s", p.unit.piece, p.skip_reason)
+    return Counter(p.skip_reason for p in skipped if p.skip_reason)
+
+
+def render_all(entries: list[Entry], cfg: ScoreData, lilypond: Path, out: Path) -> list[str | None]:
+    """Render every entry's image under `out`; per entry, None or why it was dropped."""
+    workers = worker_count(cfg.workers)
+    jobs = render_jobs(entries, cfg, out)
+    # Interleaved batches (job i goes to batch i mod n): each batch gets the same mix of light
+    # folk tunes and dense synthetic systems, so no worker is left with a slow tail; at least
+    # four batches per worker, at most systems_per_process systems per LilyPond process.
+    n = max(workers * 4, -(-len(jobs) // cfg.systems_per_process))
+    batches = [jobs[i::n] for i in range(min(n, len(jobs)))]
+    render = partial(render_batch, settings=render_settings(cfg, lilypond))
+    outcomes = list(pool_map(render, batches, workers, "rendering systems"))
+    # Undo the interleaving: outcome k of batch i belongs to job i + k * n.
+    flat: list[str | None] = [None] * len(jobs)
+    for i, batch in enumerate(outcomes):
+        flat[i::n] = batch
+    return flat
+
+
+def summarize(entries: list[Entry], skipped: Counter[str], dropped: Counter[str]) -> dict[str, Any]:
+    lengths = sorted(len(symbols(e.text)) for e in entries) or [0]
+    return {
+        "systems": {s: sum(e.split == s for e in entries) for s in SPLITS},
+        "pieces": {s: len({e.piece for e in entries if e.split == s}) for s in SPLITS},
+        "synthetic_systems": sum(e.collection == "synthetic" for e in entries),
+        "symbols_per_system": {
+            "min": lengths[0],
+            "median": statistics.median(lengths),
+            "p95": lengths[int(0.95 * (len(lengths) - 1))],
+            "max": lengths[-1],
+        },
+        "skipped_pieces": dict(skipped),
+        "dropped_systems": dict(dropped),
+    }
+
+
+def build(
+    cfg: ScoreData, download_cache: Path, out: Path
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Render the dataset's images into `out`; its manifest rows (image, text, piece,
+    collection, split) and its stats.
+
+    Raises:
+        LilyPondNotFound: before any parsing. SourceConfigError: a source cannot be read.
+        TooManySkipped: more pieces than score_data.max_skip_fraction could not be parsed.
+    """
+    lilypond = find_lilypond(cfg.lilypond)  # fail before any parsing if it is missing
+    units = [u for s in cfg.sources for u in list_units(s, download_cache, cfg.seed)]
+    workers = worker_count(cfg.workers)
+    log.info("%d pieces from %d source(s), %d worker(s)", len(units), len(cfg.sources), workers)
+    parse = partial(parse_unit, bars_per_system=cfg.bars_per_system)
+    parsed = list(pool_map(parse, units, workers, "parsing pieces"))
+    skipped = check_skips(parsed, cfg.max_skip_fraction)
+    dropped: Counter[str] = sum((p.dropped for p in parsed), Counter())
+    systems = [(s, p.unit.collection) for p in parsed for s in p.systems]
+    systems += synthetic(len(systems), cfg)
+    entries = plan(systems, cfg)
+    outcomes = render_all(entries, cfg, lilypond, out)
+    dropped.update(r for r in outcomes if r is not None)
+    kept = [e for e, r in zip(entries, outcomes, strict=True) if r is None]
+    stats = summarize(kept, skipped, dropped)
+    log.info("kept %d systems %s; dropped %s", len(kept), stats["systems"], dict(dropped))
+    return [asdict(e) for e in kept], stats

@@ -21,8 +21,8 @@ from transformers import (
 )
 
 from sonfolio.config import ScoreModel
-from sonfolio.train import ctc
-from sonfolio.train.device import Backend, DeviceCannotDo
+from sonfolio.train import ctc, models
+from sonfolio.train.device import Backend
 
 log = logging.getLogger(__name__)
 
@@ -51,12 +51,7 @@ SIZES = {
 
 def check_size(stage: str, size: str, backend: Backend) -> None:
     """Raises DeviceCannotDo for a GPU size on a CPU."""
-    if SIZES[size].gpu_only and not backend.is_gpu:
-        raise DeviceCannotDo(
-            f"{stage}.model.size = {size} is a GPU size: on this CPU one step would take "
-            f"minutes. Set {stage}.model.size: tiny (or `dvc exp run -S {stage}.model.size=tiny`),"
-            " or run on a GPU"
-        )
+    models.check_size(stage, size, SIZES[size].gpu_only, backend)
 
 
 def build(
@@ -100,7 +95,7 @@ def build(
     config = VisionEncoderDecoderConfig.from_encoder_decoder_configs(encoder, decoder)
     _special_tokens(config, tokenizer)
     model = VisionEncoderDecoderModel(config=config)
-    model.generation_config.update(**_generation(tokenizer))
+    model.generation_config.update(**models.special_tokens(tokenizer))
     return unshifted_loss(model)
 
 
@@ -125,15 +120,6 @@ def _special_tokens(config: VisionEncoderDecoderConfig, tokenizer: PreTrainedTok
     config.vocab_size = len(tokenizer)
 
 
-def _generation(tokenizer: PreTrainedTokenizerBase) -> dict[str, int]:
-    return {
-        "decoder_start_token_id": tokenizer.bos_token_id,
-        "bos_token_id": tokenizer.bos_token_id,
-        "eos_token_id": tokenizer.eos_token_id,
-        "pad_token_id": tokenizer.pad_token_id,
-    }
-
-
 def load_pretrained(name: str, tokenizer: PreTrainedTokenizerBase) -> VisionEncoderDecoderModel:
     """A VisionEncoderDecoderModel from the hub or a local folder, its decoder's vocabulary
     resized to `tokenizer`.
@@ -141,14 +127,12 @@ def load_pretrained(name: str, tokenizer: PreTrainedTokenizerBase) -> VisionEnco
     Raises:
         ValueError: it cannot be loaded (the message says what to configure).
     """
-    try:
-        model = VisionEncoderDecoderModel.from_pretrained(name, attn_implementation="sdpa")
-    except (OSError, ValueError) as err:
-        raise ValueError(
-            f"score_train.model.pretrained = {name!r} could not be loaded: {err}\nSet it to a "
-            "local folder holding a VisionEncoderDecoderModel (`hf download NAME --local-dir "
-            "DIR`), or null to build one from score_train.model.size"
-        ) from err
+    model = models.load(
+        VisionEncoderDecoderModel,
+        name,
+        "score_train.model.pretrained",
+        "a VisionEncoderDecoderModel",
+    )
     if model.config.encoder.num_channels != 1:
         raise ValueError(
             f"score_train.model.pretrained = {name!r} takes {model.config.encoder.num_channels}"
@@ -158,7 +142,7 @@ def load_pretrained(name: str, tokenizer: PreTrainedTokenizerBase) -> VisionEnco
         log.info("resizing the decoder's vocabulary to the score tokenizer (%d)", len(tokenizer))
         model.decoder.resize_token_embeddings(len(tokenizer))
     _special_tokens(model.config, tokenizer)
-    model.generation_config.update(**_generation(tokenizer))
+    model.generation_config.update(**models.special_tokens(tokenizer))
     return unshifted_loss(model)
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sonfolio.config import SCORE_EXTENSIONS, ScoreSource
-from sonfolio.score.convert import abc_tunes
+from sonfolio.score.parse import abc_tunes
 
 log = logging.getLogger(__name__)
 

@@ -1,12 +1,13 @@
-"""The score track as the training engine sees it: model, datasets of every split, tokenizer.
+"""The score track as the training engine sees it: model, datasets of every split, tokenizer
+and image processor, and the held-out token error rate the train step reports.
 
-Shared by score_train, score_qat and `sonfolio estimate`, so that each reads the data exactly
-as training does.
+`TRACK.training(params)` (sonfolio/score/definition.py) gives it to train@score, qat@score,
+`sonfolio estimate` and doctor, so that each reads the data exactly as training does.
 """
 
 from __future__ import annotations
 
-import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,68 +15,90 @@ from accelerate.utils import set_seed
 from transformers import AutoTokenizer, VisionEncoderDecoderModel
 
 from sonfolio.config import ScoreTrain
-from sonfolio.io import read_jsonl
-from sonfolio.score.batches import ScoreSystems, collate
-from sonfolio.score.model import attention_kernels, build
+from sonfolio.evaluation import examples, most_common, token_error_rate
+from sonfolio.score.batches import ScoreSystems, collate, image_processor
+from sonfolio.score.model import attention_kernels, build, check_size
 from sonfolio.train import ctc
-from sonfolio.train.engine import Track
-
-log = logging.getLogger(__name__)
+from sonfolio.train.device import Backend
+from sonfolio.train.setup import Reading, Setup, prepare, read_splits
 
 EVAL_SPLITS = ("heldout", "test")  # decoded after training: whole unseen collections, and test
 
 
-def make_track(
-    cfg: ScoreTrain,
-    data: Path,
-    tokenizer_dir: Path,
-    width: int,
-    model: VisionEncoderDecoderModel | None = None,
-    name: str = "score_train",
-) -> tuple[Track, dict[str, ScoreSystems], Any]:
-    """The model (seeded, marked to decode as `cfg.decode` says; or `model`, e.g. a
-    QAT-prepared one), the datasets of every split, and the tokenizer."""
-    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
-    rows = read_jsonl(data / "manifest.jsonl")
-    set_seed(cfg.seed)
-    if model is None:
-        model = build(cfg.model, tok, width)
-        ctc.set_decoding(model, cfg.decode)
-    shape = tuple(model.config.encoder.image_size)
-    max_tokens = getattr(model.config.decoder, "n_positions", None) or 10**9
-    sets = {
-        split: ScoreSystems(
-            [r for r in rows if r["split"] == split],
-            data,
-            tok,
-            model.config.decoder_start_token_id,
-            shape,
-            max_tokens,
+@dataclass(frozen=True)
+class ScoreTraining:
+    """score_train, and the width the systems are rendered at: the model's input width."""
+
+    cfg: ScoreTrain
+    width: int  # px: score_data.image_long_side
+
+    @property
+    def hub_model(self) -> str | None:
+        return self.cfg.model.pretrained
+
+    @property
+    def model_size(self) -> str:
+        return self.cfg.model.size
+
+    def check_size(self, backend: Backend) -> None:
+        check_size("score_train", self.cfg.model.size, backend)
+
+    def key(self) -> dict[str, Any]:
+        return {"cfg": self.cfg.model_dump(), "width": self.width}
+
+    def build_model(self, tokenizer_dir: Path) -> VisionEncoderDecoderModel:
+        return build(self.cfg.model, AutoTokenizer.from_pretrained(str(tokenizer_dir)), self.width)
+
+    def attention_kernels(self, model: VisionEncoderDecoderModel) -> str:
+        return attention_kernels(model)
+
+    def setup(
+        self,
+        data: Path,
+        tokenizer_dir: Path,
+        model: VisionEncoderDecoderModel | None = None,
+        name: str | None = None,
+    ) -> Setup:
+        """The model (seeded, marked to decode as `cfg.decode` says; or `model`, e.g. a
+        QAT-prepared one), the datasets of every split, the tokenizer and image processor."""
+        tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+        set_seed(self.cfg.seed)
+        if model is None:
+            model = build(self.cfg.model, tok, self.width)
+            ctc.set_decoding(model, self.cfg.decode)
+        shape = tuple(model.config.encoder.image_size)
+        max_tokens = getattr(model.config.decoder, "n_positions", None) or 10**9
+        start = model.config.decoder_start_token_id
+        (height, width), (ph, pw) = shape, model.config.encoder.patch_size
+        images = image_processor(height, width)
+        reading = Reading(
+            lambda rows: ScoreSystems(rows, data, tok, start, shape, max_tokens),
+            collate,
+            model.encoder,
+            (height // ph) * (width // pw),  # patches: the encoder's positions
+            f"{height}x{width}",
+            [tok, images],
         )
-        for split in ("train", "val", *EVAL_SPLITS)
-    }
-    if not len(sets["train"]) or not len(sets["val"]):
-        raise ValueError(f"{data}/manifest.jsonl needs train and val rows: rerun score_data")
-    train_set = sets["train"]
-    longest = train_set[train_set.longest()]
-    mean_tokens = sum(map(len, train_set.labels)) / len(train_set)
-    patches = model.config.encoder.image_size[0] // model.config.encoder.patch_size[0]
-    patches *= model.config.encoder.image_size[1] // model.config.encoder.patch_size[1]
-    enc = model.encoder.num_parameters()
-    track = Track(
-        model=model,
-        train_set=train_set,
-        val_set=sets["val"],
-        collate=collate,
-        probe_batch=lambda n: collate([longest] * n),
-        flops_per_sample=6 * (enc * patches + (model.num_parameters() - enc) * mean_tokens),
-        shape=f"{shape[0]}x{shape[1]}",
-        name=name,
-        lengths=[len(x) for x in train_set.labels],
-    )
-    log.info(
-        "score model: %.2f M parameters; attention: %s",
-        model.num_parameters() / 1e6,
-        attention_kernels(model),
-    )
-    return track, sets, tok
+        return prepare(model, reading, data, EVAL_SPLITS, "score", name, attention_kernels(model))
+
+    def evaluate(self, model: VisionEncoderDecoderModel, setup: Setup) -> dict[str, Any]:
+        """How the model reads (decode), and per held-out split the TER of greedy decoding
+        (by the CTC head or the decoder, as the model's config says) and of a constant guess
+        (the commonest train system) for scale: a model that ignored the image could do about
+        that well."""
+        metrics: dict[str, Any] = {"decode": self.cfg.decode}
+        constant = most_common([r["text"] for r in setup.sets["train"].rows])
+        generate = ctc.generate_fn(model) if ctc.decodes_with_ctc(model.config) else None
+        max_new = self.cfg.decode_max_tokens
+        for split, dataset, rows, hyps in read_splits(
+            model, setup, EVAL_SPLITS, "pixel_values", max_new, generate
+        ):
+            refs = [r["text"] for r in rows]
+            guess = [constant] * len(refs)
+            metrics |= {
+                f"{split}_ter": round(token_error_rate(refs, hyps), 4),
+                f"{split}_ter_constant_guess": round(token_error_rate(refs, guess), 4),
+                f"{split}_systems": len(dataset),
+                f"{split}_examples": examples(refs, hyps),
+            }
+        return metrics

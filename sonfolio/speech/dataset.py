@@ -3,6 +3,10 @@
 One row per clip (JSONL): audio (path relative to the dataset folder), text (as written),
 text_norm (`normalize(text)`, what WER is computed on), duration (s), speaker (an espeak-ng
 voice such as `fr+m3`, or the corpus's speaker id), split (train, val or test).
+
+A clip that cannot be used (unreadable or empty audio, empty text, longer than
+speech_data.max_duration_s) is skipped and counted by reason; past speech_data.max_skip_fraction
+of all clips the build fails and lists them.
 """
 
 from __future__ import annotations
@@ -10,8 +14,11 @@ from __future__ import annotations
 import logging
 import statistics
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
+
+from sonfolio.config import SpeechData
 
 log = logging.getLogger(__name__)
 
@@ -83,3 +90,30 @@ def summarize(rows: list[Utterance], skipped: Counter[str], source: str) -> dict
         },
         "skipped": dict(skipped),
     }
+
+
+def build(cfg: SpeechData, out: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Write the clips of `cfg.source` into `out`; their manifest rows and the stats.
+
+    Raises:
+        TooManySkipped: more clips than speech_data.max_skip_fraction could not be used.
+        DatasetUnavailable: source: hub and the corpus cannot be opened.
+        ValueError: an unknown espeak-ng voice variant, or no train clip at all.
+    """
+    # Imported here: both sources import this module's rows (Utterance, Skip).
+    from sonfolio.speech import hub, synthetic
+
+    make = synthetic.build if cfg.source == "synthetic" else hub.build
+    rows, skips = make(cfg, out)
+    skipped = check_skips(skips, len(rows) + len(skips), cfg.max_skip_fraction)
+    if not any(r.split == "train" for r in rows):
+        raise ValueError(f"speech_data ({cfg.source}) gave no train clip: check its settings")
+    stats = summarize(rows, skipped, cfg.source)
+    log.info(
+        "%d clips %s, %s h; skipped %s",
+        len(rows),
+        stats["utterances"],
+        stats["hours"],
+        stats["skipped"],
+    )
+    return [asdict(r) for r in rows], stats

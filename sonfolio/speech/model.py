@@ -16,7 +16,8 @@ from typing import Any
 from transformers import PreTrainedTokenizerBase, WhisperConfig, WhisperForConditionalGeneration
 
 from sonfolio.config import SpeechModel
-from sonfolio.train.device import Backend, DeviceCannotDo
+from sonfolio.train import models
+from sonfolio.train.device import Backend
 
 log = logging.getLogger(__name__)
 
@@ -42,12 +43,8 @@ SIZES = {  # ~ whisper-tiny is (384, 4, 4, 6); base (512, 6, 6, 8)
 
 def check_size(stage: str, cfg: SpeechModel, backend: Backend) -> None:
     """Raises DeviceCannotDo for a GPU size (or a base checkpoint) on a CPU."""
-    if not cfg.base_model and SIZES[cfg.size].gpu_only and not backend.is_gpu:
-        raise DeviceCannotDo(
-            f"{stage}.model.size = {cfg.size} is a GPU size: on this CPU one step would take "
-            f"minutes. Set {stage}.model.size: tiny (or `dvc exp run -S {stage}.model.size=tiny`),"
-            " or run on a GPU"
-        )
+    if not cfg.base_model:
+        models.check_size(stage, cfg.size, SIZES[cfg.size].gpu_only, backend)
 
 
 def build(
@@ -69,18 +66,14 @@ def build(
         max_source_positions=features.chunk_length * FRAMES_PER_S // 2,
         max_target_positions=tokenizer.model_max_length,
         dropout=s.dropout,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        decoder_start_token_id=tokenizer.bos_token_id,
+        **models.special_tokens(tokenizer),
         suppress_tokens=None,
         begin_suppress_tokens=None,
     )
     model = WhisperForConditionalGeneration(config)
     gen = model.generation_config
-    gen.decoder_start_token_id = tokenizer.bos_token_id
-    gen.bos_token_id, gen.eos_token_id = tokenizer.bos_token_id, tokenizer.eos_token_id
-    gen.pad_token_id = tokenizer.pad_token_id
+    for name, value in models.special_tokens(tokenizer).items():
+        setattr(gen, name, value)
     gen.forced_decoder_ids = None
     return model
 
@@ -93,14 +86,9 @@ def load_base(
     Raises:
         ValueError: it cannot be loaded, or it does not match speech_tokenizer's output.
     """
-    try:
-        model = WhisperForConditionalGeneration.from_pretrained(name, attn_implementation="sdpa")
-    except (OSError, ValueError) as err:
-        raise ValueError(
-            f"speech_train.model.base_model = {name!r} could not be loaded: {err}\nSet it to a "
-            "local folder holding a Whisper model (`hf download NAME --local-dir DIR`), or null"
-            " to build one from speech_train.model.size"
-        ) from err
+    model = models.load(
+        WhisperForConditionalGeneration, name, "speech_train.model.base_model", "a Whisper model"
+    )
     window = model.config.max_source_positions * 2 // FRAMES_PER_S
     if window != features.chunk_length or model.config.num_mel_bins != features.feature_size:
         raise ValueError(

@@ -18,6 +18,7 @@ from transformers import AutoProcessor, WhisperFeatureExtractor
 
 from sonfolio.config import SpeechTokenizer
 from sonfolio.speech.audio import SAMPLE_RATE
+from sonfolio.tokenizer import BuiltTokenizer, train_bpe
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +28,10 @@ N_FFT = 400  # samples: 25 ms windows, as Whisper
 
 class BaseModelUnavailable(RuntimeError):
     """speech_tokenizer.base_model could not be loaded; the message says what to configure."""
+
+
+class ClipTooLong(ValueError):
+    """A clip is longer than the feature extractor's window."""
 
 
 def build_feature_extractor(cfg: SpeechTokenizer) -> WhisperFeatureExtractor:
@@ -68,3 +73,45 @@ def load_base(name: str) -> Any:
             f"speech data is {SAMPLE_RATE} Hz"
         )
     return processor
+
+
+def check_window(rows: list[dict[str, Any]], chunk_length_s: float) -> None:
+    """Fail if a clip is longer than the window (the model would see it cut).
+
+    Raises:
+        ClipTooLong: naming the longest clip and the keys that set both lengths.
+    """
+    longest = max(rows, key=lambda r: r["duration"])
+    if longest["duration"] > chunk_length_s:
+        raise ClipTooLong(
+            f"{longest['audio']} lasts {longest['duration']} s, longer than the model's input "
+            f"window of {chunk_length_s} s: lower speech_data.max_duration_s, or raise "
+            "speech_tokenizer.chunk_length_s (from scratch only; a base model's is fixed)"
+        )
+
+
+def build_processor(
+    cfg: SpeechTokenizer, train: list[str], rows: list[dict[str, Any]]
+) -> BuiltTokenizer:
+    """The base model's processor as it is (round-trip failures only logged), or a BPE trained
+    on the `train` transcripts and a feature extractor built from `cfg` (failures fatal).
+
+    Raises:
+        BaseModelUnavailable: the base model cannot be loaded. ClipTooLong: a clip of `rows`
+        (the manifest) is longer than the feature extractor's window.
+    """
+    if cfg.base_model:
+        processor = load_base(cfg.base_model)
+        tok, features, parts = processor.tokenizer, processor.feature_extractor, (processor,)
+    else:
+        tok = train_bpe(train, cfg.vocab_size, cfg.min_frequency, cfg.model_max_length)
+        features = build_feature_extractor(cfg)
+        parts = (tok, features)
+    check_window(rows, features.chunk_length)
+    stats = {
+        "base_model": cfg.base_model,
+        "vocab_size": len(tok),
+        "chunk_length_s": features.chunk_length,
+        "num_mel_bins": features.feature_size,
+    }
+    return BuiltTokenizer(tok, parts, exact=not cfg.base_model, stats=stats)

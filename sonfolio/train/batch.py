@@ -1,4 +1,4 @@
-"""Automatic micro-batch size: the largest that runs a real training step, cached.
+"""The micro-batch size: as configured, or the largest that runs a real training step, cached.
 
 Accelerate's `find_executable_batch_size` does the search (it retries on out-of-memory errors,
 whatever the backend's wording); this module picks the candidates (divisors of the batch each
@@ -13,11 +13,16 @@ import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
+from accelerate import Accelerator
 from accelerate.utils import find_executable_batch_size
 
+from sonfolio.config import EngineOptions
 from sonfolio.io import write_json
+from sonfolio.train.device import Backend
+from sonfolio.train.samples import model_inputs
 
 log = logging.getLogger(__name__)
 
@@ -63,3 +68,47 @@ def auto_micro_batch(
         found = search(try_step, per_process)
     write_json(cache, {**known, key: found})
     return found, f"largest divisor of {per_process} that ran a real step ({key}; cached)"
+
+
+def fixed_micro_batch(
+    opts: EngineOptions, per_process: int, backend: Backend
+) -> tuple[int, str] | None:
+    """(micro-batch, reason) where train_engine.micro_batch or the device decides it without a
+    search; None where real steps must find it (auto on a GPU).
+
+    Raises:
+        ValueError: a configured micro-batch that does not divide the per-process batch.
+    """
+    if opts.micro_batch == "full":
+        return per_process, "the whole per-process batch (train_engine.micro_batch: full)"
+    if isinstance(opts.micro_batch, int):
+        if per_process % opts.micro_batch:
+            raise ValueError(
+                f"train_engine.micro_batch = {opts.micro_batch} does not divide the "
+                f"{per_process} samples per process and step: pick a divisor, or auto"
+            )
+        return opts.micro_batch, "as configured"
+    if not backend.is_gpu:
+        return per_process, "CPU: memory is not the limit, so the whole per-process batch"
+    return None
+
+
+def probed_micro_batch(
+    model: torch.nn.Module,
+    probe_batch: Callable[[int], dict[str, Any]],
+    acc: Accelerator,
+    per_process: int,
+    cache: Path,
+    key: str,
+) -> tuple[int, str]:
+    """(micro-batch, reason): the largest that runs a forward and backward of `model` on
+    `probe_batch(n)` (n copies of the longest sample), cached under `key`."""
+    model = model.to(acc.device)
+
+    def try_step(n: int) -> None:
+        batch = {k: v.to(acc.device) for k, v in model_inputs(probe_batch(n)).items()}
+        with acc.autocast():
+            model(**batch).loss.backward()
+        model.zero_grad(set_to_none=True)
+
+    return auto_micro_batch(try_step, per_process, cache, key)

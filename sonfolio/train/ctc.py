@@ -18,7 +18,7 @@ repeats merged, blanks dropped: Graves et al. 2006), not by its attention decode
 saved folder is the plain transformers class as ever (`save_pretrained`, which any
 transformers or optimum loader reads) and the head beside it in `ctc_head.safetensors`
 (`save_pretrained` / `load_head` here); the export stages add the head to the encoder's ONNX
-graph as a second output, `ctc_logits` (sonfolio.export.add_ctc_output). Otherwise the head
+graph as a second output, `ctc_logits` (sonfolio.export.fp32.add_ctc_output). Otherwise the head
 is a training aid, dropped before the model is saved.
 """
 

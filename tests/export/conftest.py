@@ -22,9 +22,10 @@ import torch
 def tiny_score_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """(model folder as score_train writes it, data folder with images and manifest)."""
     from train.tiny import WIDTH, make_score_data, tiny_config  # tests/ is on sys.path
-    from transformers import AutoTokenizer, ViTImageProcessor
+    from transformers import AutoTokenizer
 
     from sonfolio.score import model as score_model
+    from sonfolio.score.batches import image_processor
 
     root = tmp_path_factory.mktemp("export_tiny")
     data = make_score_data(root / "data", {"train": 24, "val": 8, "test": 8})
@@ -44,13 +45,7 @@ def tiny_score_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Pa
     out = root / "model"
     model.save_pretrained(str(out))
     tok.save_pretrained(str(out))
-    height, width = model.config.encoder.image_size
-    ViTImageProcessor(
-        do_resize=False,
-        do_rescale=False,
-        do_normalize=False,
-        size={"height": height, "width": width},
-    ).save_pretrained(str(out))
+    image_processor(*model.config.encoder.image_size).save_pretrained(str(out))
     return out, data
 
 
@@ -62,7 +57,7 @@ def loop_spec() -> Any:
 
 
 def _loop_spec(folder: Path, track: str) -> Any:
-    from sonfolio.bench import Case, Spec
+    from sonfolio.bench.case import Case, Spec
 
     return Spec(
         case=Case("ortloop_int8_ptq", "ort_loop", str(folder)),

@@ -16,9 +16,10 @@ import torch
 from sonfolio import variants
 from sonfolio.config import load_params
 from sonfolio.ctc_format import CTC_OUTPUT
-from sonfolio.export import ENCODER, run_stage
+from sonfolio.export.layout import ENCODER
+from sonfolio.tracks import get as track_definition
 from sonfolio.train import ctc
-from tasks.score_export import TRACK as SCORE_TRACK
+from tasks.export import run
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -48,7 +49,8 @@ def exported(ctc_model, tmp_path_factory) -> Path:
     model, _ = ctc_model
     params = load_params(ROOT / "params.yaml")
     out = tmp_path_factory.mktemp("ctc_onnx") / "score_onnx"
-    run_stage(SCORE_TRACK, params.export, params.score_export, model, None, out, out / "m.json")
+    score = track_definition("score")
+    run(score, params.export, params.score_export, model, None, out, out / "m.json")
     return out
 
 
@@ -115,19 +117,22 @@ def test_every_variant_reads_the_symbols_the_torch_head_reads(ctc_model, exporte
 def test_bench_runtimes_read_with_the_head(ctc_model, exported, loop_spec):
     from dataclasses import replace
 
-    from sonfolio.bench import Case, _Ort, _ort_loop, _Torch
+    from sonfolio.bench.case import Case
+    from sonfolio.bench.loop_runtime import loop_runtime
+    from sonfolio.bench.ort_runtime import OrtRuntime
+    from sonfolio.bench.torch_runtime import TorchRuntime
     from sonfolio.infer.ortloop import OrtCtc
 
     folder, data = ctc_model
     pixels = _pixels(data, folder).numpy()[:6]
     spec = loop_spec(exported / "fp32", "score")
-    want = _Torch(replace(spec, case=Case("torch_fp32", "torch", str(folder)))).generate(
+    want = TorchRuntime(replace(spec, case=Case("torch_fp32", "torch", str(folder)))).generate(
         pixels, 16, True
     )
-    loop = _ort_loop(spec)
+    loop = loop_runtime(spec)
     assert isinstance(loop, OrtCtc)
     assert loop.generate(pixels, 16, True) == want
-    assert _Ort(spec).generate(pixels, 16, True) == want
+    assert OrtRuntime(spec).generate(pixels, 16, True) == want
 
 
 def test_a_folder_without_its_head_fails_by_name(ctc_model, exported, tmp_path):
@@ -151,7 +156,10 @@ def test_the_onnx_side_reads_ctc_models_without_importing_torch():
     import sys
 
     code = (
-        "import sys, sonfolio.bench, sonfolio.export, sonfolio.infer.ortloop\n"
+        "import importlib, pkgutil, sys, sonfolio.bench, sonfolio.export, sonfolio.infer.ortloop\n"
+        "for package in (sonfolio.bench, sonfolio.export):\n"
+        "    for found in pkgutil.iter_modules(package.__path__, package.__name__ + '.'):\n"
+        "        importlib.import_module(found.name)\n"
         "heavy = sorted({'torch', 'transformers'} & set(sys.modules))\n"
         "assert not heavy, heavy\n"
     )

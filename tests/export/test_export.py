@@ -12,15 +12,10 @@ import pytest
 import torch
 
 from sonfolio.config import load_params
-from sonfolio.export import (
-    DECODER,
-    ENCODER,
-    OnnxFileError,
-    fp32_weight_matmuls,
-    run_stage,
-    validate_variant,
-)
-from tasks.score_export import TRACK as SCORE_TRACK
+from sonfolio.export.check import fp32_weight_matmuls
+from sonfolio.export.layout import DECODER, ENCODER, OnnxFileError, validate_variant
+from sonfolio.tracks import get as track_definition
+from tasks.export import run
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,8 +25,14 @@ def exported(tiny_score_model, tmp_path_factory) -> tuple[Path, dict, Path]:
     model, data = tiny_score_model
     params = load_params(ROOT / "params.yaml")
     out = tmp_path_factory.mktemp("onnx") / "score_onnx"
-    metrics = run_stage(
-        SCORE_TRACK, params.export, params.score_export, model, None, out, out.parent / "m.json"
+    metrics = run(
+        track_definition("score"),
+        params.export,
+        params.score_export,
+        model,
+        None,
+        out,
+        out.parent / "m.json",
     )
     return out, metrics, data
 
@@ -82,7 +83,7 @@ def int8_matmul_weights(folder: Path) -> list[np.ndarray]:
     read straight from the files (not through sonfolio.cpu, which the export uses)."""
     from onnx import numpy_helper
 
-    from sonfolio.export import graphs
+    from sonfolio.onnx_graphs import graphs
 
     found = []
     for path in sorted(folder.glob("*.onnx")):
@@ -115,7 +116,7 @@ def test_int8_with_eight_bit_weights_is_flagged_on_a_cpu_without_vnni(exported, 
     """export.int8_weight_bits: 8 gives [-127, 127] weights; sonfolio doctor's check warns for
     it on an AVX2-only CPU and not on a VNNI one (the CPU dicts are given, not read)."""
     from sonfolio import cpu
-    from sonfolio.export import quantize_int8
+    from sonfolio.export.int8 import quantize_int8
 
     out, _, _ = exported
     params = load_params(ROOT / "params.yaml")
@@ -149,7 +150,7 @@ def test_no_fp32_matmul_weight_left_in_int8_subgraphs_included(exported):
 def test_int8_stores_tables_and_conv_weights_in_int8_and_the_tied_embedding_once(exported):
     from onnx import TensorProto
 
-    from sonfolio.export import graphs
+    from sonfolio.onnx_graphs import graphs
 
     out, _, _ = exported
     fp32 = onnx.load(str(out / "fp32" / DECODER))
@@ -174,7 +175,7 @@ def test_int8_stores_tables_and_conv_weights_in_int8_and_the_tied_embedding_once
 
 
 def test_with_past_decoder_refuses_a_model_that_is_not_a_merged_decoder(exported):
-    from sonfolio.export import with_past_decoder
+    from sonfolio.export.with_past import with_past_decoder
 
     out, _, _ = exported
     with pytest.raises(OnnxFileError, match="not an optimum merged decoder"):
@@ -218,12 +219,13 @@ def test_missing_or_corrupt_onnx_file_is_named(tmp_path):
 def test_lean_greedy_loop_gives_the_tokens_of_optimum_generate(
     exported, tiny_score_model, loop_spec
 ):
-    from sonfolio.bench import _Ort, _OrtLoop
+    from sonfolio.bench.loop_runtime import LoopRuntime
+    from sonfolio.bench.ort_runtime import OrtRuntime
 
     out, _, data = exported
     pixels = _images(data, tiny_score_model[0]).numpy()[:6]
     spec = loop_spec(out / "int8_ptq", "score")
-    loop, hf = _OrtLoop(spec), _Ort(spec)
+    loop, hf = LoopRuntime(spec), OrtRuntime(spec)
     for forced in (True, False):
         got = loop.generate(pixels, 6, forced)
         want = [ids[1:] for ids in hf.generate(pixels, 6, forced)]  # HF echoes the start token

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from sonfolio.bench import QualityGateFailed, Track, _compare, finish
+from sonfolio.bench.track import QualityGateFailed, Track, _compare, finish
 from sonfolio.config import load_params
 
 
@@ -20,7 +20,7 @@ def _variants(ter_int8: float) -> dict:
 
 
 def _track(max_increase: float) -> Track:
-    return Track("score", "score_bench", [], {}, {}, np.zeros(1), 8, [1], 2, 0, "ter", max_increase)
+    return Track("score", "bench@score", [], {}, {}, np.zeros(1), 8, [1], 2, 0, "ter", max_increase)
 
 
 def test_within_gate_passes_and_ratios_are_to_torch_fp32():
@@ -43,15 +43,15 @@ def test_past_gate_is_marked_and_fails_when_configured(tmp_path, fail_on_gate):
     path = tmp_path / "bench.json"
     if fail_on_gate:
         with pytest.raises(QualityGateFailed, match="ort_int8_ptq: ter 0.4000 vs torch FP32"):
-            finish({"variants": {}}, failures, cfg, path, "score_bench")
+            finish({"variants": {}}, failures, cfg, path, "bench@score")
         assert not path.exists()
     else:
-        finish({"variants": {}}, failures, cfg, path, "score_bench")
+        finish({"variants": {}}, failures, cfg, path, "bench@score")
         assert json.loads(path.read_text())["gate_failures"] == failures
 
 
 def test_outputs_compare_without_prompt_end_token_or_padding():
-    from sonfolio.bench import _clean
+    from sonfolio.bench.track import _clean
 
     track = _track(0.02)  # prompt [1], end of text 2, pad 0
     assert _clean([1, 7, 8, 2, 0, 0], track) == [7, 8]  # HF echoes the start token

@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from sonfolio.config import load_params
-from sonfolio.export import DECODER, run_stage, validate_variant
-from tasks.speech_export import TRACK as SPEECH_TRACK
+from sonfolio.export.layout import DECODER, validate_variant
+from sonfolio.tracks import get as track_definition
+from tasks.export import run
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -53,8 +54,8 @@ def exported(tiny_whisper, tmp_path_factory) -> tuple[Path, dict]:
     out = tmp_path / "speech_onnx"
     qat = tmp_path / "speech_qat"  # the QAT stage's layout: one model per scheme
     shutil.copytree(tiny_whisper, qat / "int8")
-    metrics = run_stage(
-        SPEECH_TRACK,
+    metrics = run(
+        track_definition("speech"),
         params.export,
         params.speech_export,
         tiny_whisper,
@@ -94,20 +95,21 @@ def test_speech_variants_load_and_fp32_matches_torch(tiny_whisper, exported):
 def test_lean_greedy_loop_gives_the_tokens_of_optimum_generate(exported, loop_spec):
     """Whisper's loop keeps the first step's cross-attention keys/values (the with-past
     branch returns placeholders) and runs the with-past branch as its own session."""
-    from sonfolio.bench import _Ort, _OrtLoop
+    from sonfolio.bench.loop_runtime import LoopRuntime
+    from sonfolio.bench.ort_runtime import OrtRuntime
 
     out, _ = exported
     spec = loop_spec(out / "int8_ptq", "speech")
     torch.manual_seed(1)
     x = torch.randn(3, 80, 100).numpy()  # (B, mel bins, frames)
-    loop, hf = _OrtLoop(spec), _Ort(spec)
+    loop, hf = LoopRuntime(spec), OrtRuntime(spec)
     got = loop.generate(x, 6, forced=True)
     assert got == hf.generate(x, 6, forced=True)  # HF Whisper echoes no start token
     assert all(len(g) == 6 and 2 not in g for g in got)
 
 
 def test_qat_folder_without_a_model_is_named(tmp_path):
-    from sonfolio.export import sources
+    from sonfolio.export.track import sources
 
     cfg = load_params(ROOT / "params.yaml").export
     (tmp_path / "qat").mkdir()

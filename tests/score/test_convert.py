@@ -11,8 +11,9 @@ import pytest
 from music21 import chord, clef, corpus, instrument, key, meter, note, stream, tie
 
 from sonfolio.score.canonical import System, validate
-from sonfolio.score.convert import SourceError, pieces_from_file, systems_from_score
+from sonfolio.score.convert import systems_from_score
 from sonfolio.score.lilypond import compile_systems, find_lilypond
+from sonfolio.score.parse import SourceError, pieces_from_file
 
 HEAD = r"\clef treble \key c \major \time 4/4"
 
@@ -180,7 +181,7 @@ def test_folk_abc_tunes_with_pickup_and_triplet(tmp_path: Path) -> None:
 def test_abc_tunes_parse_to_the_same_systems_without_beaming(monkeypatch) -> None:
     """Skipping music21's beaming (a speed-up: beams never reach the canonical text) changes
     no system of real tunes: the same texts and drops as a parse with beaming."""
-    import sonfolio.score.convert as convert
+    import sonfolio.score.parse as parse
 
     text = corpus_file("oneills1850/0001-0050").read_text(encoding="utf-8")
     starts = [m.start() for m in re.finditer(r"(?m)^X:", text)]
@@ -189,12 +190,12 @@ def test_abc_tunes_parse_to_the_same_systems_without_beaming(monkeypatch) -> Non
     def systems_of_all() -> list:
         out = []
         for i, block in enumerate(blocks):
-            score = convert.abc_tune_score(f"tune{i}", block)
+            score = parse.abc_tune_score(f"tune{i}", block)
             out.append(systems_from_score(score, f"tune{i}", 4))
         return [([s.text for s in systems], dropped) for systems, dropped in out]
 
     fast = systems_of_all()
-    monkeypatch.setattr(convert, "_without_beaming", contextlib.nullcontext)
+    monkeypatch.setattr(parse, "_without_beaming", contextlib.nullcontext)
     assert fast == systems_of_all()
     assert sum(len(texts) for texts, _ in fast) > 30
 

@@ -1,22 +1,23 @@
-"""Stage score_eval end to end on a tiny trained model and its ONNX export: real LilyPond
+"""Stage eval@score end to end on a tiny trained model and its ONNX export: real LilyPond
 renders as input, metrics per variant and split, side-by-side images, predictions, plots data."""
 
 from __future__ import annotations
 
-import csv
 import json
+from itertools import product
 from pathlib import Path
 
 import numpy as np
 import pytest
-from eval_tiny import SHAPE, export, save_score
+from eval_tiny import SHAPE, export, quality_csv, save_score
 from PIL import Image
 
 from sonfolio.config import Params
 from sonfolio.io import read_jsonl, write_jsonl
 from sonfolio.score.batches import load_image, to_pixel_values
+from sonfolio.score.definition import TRACK
 from sonfolio.score.lilypond import compile_systems
-from tasks.score_eval import run
+from tasks.eval import run
 
 H = r"\clef treble \key c \major \time 4/4 "
 SYSTEMS = {
@@ -64,7 +65,7 @@ def evaluated(params: Params, lilypond: Path, tmp_path_factory: pytest.TempPathF
         }
     )
     out = root / "eval"
-    metrics = run(cfg, data, [torch_dir, onnx_dir], out, root / "metrics.json", lilypond)
+    metrics = run(cfg, TRACK, data, [torch_dir, onnx_dir], out, root / "metrics.json", lilypond)
     return metrics, out, root
 
 
@@ -106,14 +107,9 @@ def test_side_by_side_images_and_predictions(evaluated):
 @pytest.mark.slow
 def test_quality_csv_for_dvc_plots(evaluated):
     _, out, _ = evaluated
-    with (out / "quality.csv").open() as f:
-        rows = list(csv.DictReader(f))
-    assert [(r["variant"], r["split"]) for r in rows] == [
-        ("score_fp32", "test"),
-        ("score_fp32", "heldout"),
-        ("fp32", "test"),
-        ("fp32", "heldout"),
-    ]
+    rows = quality_csv(out)
+    runs = list(product(("score_fp32", "fp32"), ("test", "heldout")))  # variant-major
+    assert [(r["variant"], r["split"]) for r in rows] == runs
     assert all(0.0 <= float(r["compile_rate"]) <= 1.0 for r in rows)
 
 
@@ -125,5 +121,13 @@ def test_a_speech_model_is_refused(params: Params, lilypond: Path, tmp_path: Pat
     data, _ = make_data(tmp_path, lilypond)
     speech = save_speech(tmp_path / "speech", params)
     with pytest.raises(VariantError, match="not a score model"):
-        run(params.score_eval, data, [speech], tmp_path / "eval", tmp_path / "m.json", lilypond)
+        run(
+            params.score_eval,
+            TRACK,
+            data,
+            [speech],
+            tmp_path / "eval",
+            tmp_path / "m.json",
+            lilypond,
+        )
     assert not (tmp_path / "eval" / "samples").exists()  # no output that looks complete

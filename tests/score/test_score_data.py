@@ -1,4 +1,4 @@
-"""The score_data stage on a handful of real pieces, with real LilyPond."""
+"""The score track's data stage on a handful of real pieces, with real LilyPond."""
 
 from __future__ import annotations
 
@@ -12,13 +12,16 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from sonfolio import tracks
 from sonfolio.config import ScoreData, ScoreSource
 from sonfolio.io import read_jsonl
-from sonfolio.score.dataset import augment_seed, render_settings
+from sonfolio.score.dataset import TooManySkipped, augment_seed, render_settings
 from sonfolio.score.lilypond import LilyPondNotFound, compile_systems
 from sonfolio.score.render import RenderJob, render_batch
 from sonfolio.score.sources import SourceConfigError, music21_corpus_root
-from tasks.score_data import TooManySkipped, run
+from tasks.data import run
+
+SCORE = tracks.get("score")
 
 
 def tiny(cfg: ScoreData, **update) -> ScoreData:
@@ -38,11 +41,18 @@ def tiny(cfg: ScoreData, **update) -> ScoreData:
     return cfg.model_copy(update={**base, **update})
 
 
+def only(cfg: ScoreData, source: ScoreSource, **update) -> ScoreData:
+    """`tiny(cfg, ...)` with `source` its one source, and no held-out collection: the
+    configured ones name sources it no longer has, which score_data refuses."""
+    split = cfg.split.model_copy(update={"heldout_collections": []})
+    return tiny(cfg, sources=[source], split=split, **update)
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory, params):
     tmp = tmp_path_factory.mktemp("score")
     cfg = tiny(params.score_data)
-    stats = run(cfg, tmp / "cache", tmp / "data", tmp / "stats.json")
+    stats = run(cfg, SCORE, tmp / "cache", tmp / "data", tmp / "stats.json")
     return cfg, tmp / "data", read_jsonl(tmp / "data" / "manifest.jsonl"), stats
 
 
@@ -125,14 +135,13 @@ def own_corpus(folder: Path, good: int, corrupt: int) -> Path:
 
 def test_corrupt_files_are_skipped_and_counted(params, tmp_path):
     folder = own_corpus(tmp_path / "mine", good=3, corrupt=1)
-    cfg = tiny(
+    cfg = only(
         params.score_data,
-        sources=[ScoreSource(name="mine", folder=folder)],
+        ScoreSource(name="mine", folder=folder),
         synthetic_fraction=0.0,
         max_skip_fraction=0.5,
-        split=params.score_data.split.model_copy(update={"heldout_collections": []}),
     )
-    stats = run(cfg, tmp_path / "cache", tmp_path / "out", tmp_path / "stats.json")
+    stats = run(cfg, SCORE, tmp_path / "cache", tmp_path / "out", tmp_path / "stats.json")
     assert stats["skipped_pieces"] == {"unparsable": 1}
     assert json.loads((tmp_path / "stats.json").read_text())["skipped_pieces"] == {"unparsable": 1}
     assert sum(stats["systems"].values()) > 0
@@ -140,14 +149,9 @@ def test_corrupt_files_are_skipped_and_counted(params, tmp_path):
 
 def test_too_many_corrupt_files_fail_listing_them_and_leave_no_output(params, tmp_path):
     folder = own_corpus(tmp_path / "mine", good=2, corrupt=2)
-    cfg = tiny(
-        params.score_data,
-        sources=[ScoreSource(name="mine", folder=folder)],
-        max_skip_fraction=0.1,
-        split=params.score_data.split.model_copy(update={"heldout_collections": []}),
-    )
+    cfg = only(params.score_data, ScoreSource(name="mine", folder=folder), max_skip_fraction=0.1)
     with pytest.raises(TooManySkipped, match="2 of 4 pieces") as err:
-        run(cfg, tmp_path / "cache", tmp_path / "out", tmp_path / "stats.json")
+        run(cfg, SCORE, tmp_path / "cache", tmp_path / "out", tmp_path / "stats.json")
     assert "broken0.xml" in str(err.value) and "broken1.xml" in str(err.value)
     assert not (tmp_path / "out").exists() and not (tmp_path / "stats.json").exists()
     assert not list(tmp_path.glob(".out.tmp-*"))
@@ -156,7 +160,7 @@ def test_too_many_corrupt_files_fail_listing_them_and_leave_no_output(params, tm
 def test_missing_lilypond_fails_before_any_work_with_how_to_install(params, tmp_path):
     cfg = tiny(params.score_data, lilypond=str(tmp_path / "no-lilypond"))
     with pytest.raises(LilyPondNotFound, match="pip install lilypond"):
-        run(cfg, tmp_path / "cache", tmp_path / "out", tmp_path / "stats.json")
+        run(cfg, SCORE, tmp_path / "cache", tmp_path / "out", tmp_path / "stats.json")
     assert not (tmp_path / "out").exists()
 
 
@@ -172,29 +176,20 @@ def test_an_archive_source_is_fetched_verified_and_cached(params, tmp_path, arch
     zipped, sha = archive
     where = zipped.as_uri() if as_url else str(zipped)
     source = ScoreSource(name="theirs", archive=where, sha256=sha)
-    cfg = tiny(
-        params.score_data,
-        sources=[source],
-        synthetic_fraction=0.0,
-        split=params.score_data.split.model_copy(update={"heldout_collections": []}),
-    )
+    cfg = only(params.score_data, source, synthetic_fraction=0.0)
     cache = tmp_path / "cache"
-    stats = run(cfg, cache, tmp_path / "out", tmp_path / "stats.json")
+    stats = run(cfg, SCORE, cache, tmp_path / "out", tmp_path / "stats.json")
     assert sum(stats["systems"].values()) > 0
     assert (cache / f"{sha}.zip").is_file()
     zipped.unlink()  # the second run needs no download: the verified copy is cached
-    run(cfg, cache, tmp_path / "out2", tmp_path / "stats2.json")
+    run(cfg, SCORE, cache, tmp_path / "out2", tmp_path / "stats2.json")
 
 
 def test_an_archive_with_the_wrong_checksum_is_refused(params, tmp_path, archive):
     zipped, sha = archive
     wrong = "0" * 64
     source = ScoreSource(name="x", archive=str(zipped), sha256=wrong)
-    cfg = tiny(
-        params.score_data,
-        sources=[source],
-        split=params.score_data.split.model_copy(update={"heldout_collections": []}),
-    )
+    cfg = only(params.score_data, source)
     with pytest.raises(SourceConfigError, match=f"has sha256 {sha}, but params.yaml expects"):
-        run(cfg, tmp_path / "cache", tmp_path / "out", tmp_path / "stats.json")
+        run(cfg, SCORE, tmp_path / "cache", tmp_path / "out", tmp_path / "stats.json")
     assert not (tmp_path / "out").exists()

@@ -15,10 +15,11 @@ import pytest
 import soundfile
 from datasets import Audio, Features, Value
 
+from sonfolio import tracks
 from sonfolio.config import Params, SpeechData
 from sonfolio.speech.audio import from_pcm16
 from sonfolio.speech.espeak import synthesize
-from tasks.speech_data import run
+from tasks.data import run
 
 TINY_UTTERANCES = 80
 
@@ -56,7 +57,13 @@ def speech_dataset(
 ) -> Path:
     """One small synthetic dataset, built once by the real stage; read-only for tests."""
     root = tmp_path_factory.mktemp("speech")
-    run(tiny_speech(), root / "data", root / "speech_data.json")
+    run(
+        tiny_speech(),
+        tracks.get("speech"),
+        root / "downloads",
+        root / "data",
+        root / "speech_data.json",
+    )
     return root / "data"
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from sonfolio.speech import metrics
+from sonfolio.speech.evaluate import utterance_wer
 from sonfolio.speech.normalize import normalize
-from tasks.speech_eval import utterance_wer
 
 
 @pytest.fixture(scope="module")

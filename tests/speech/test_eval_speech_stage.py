@@ -1,19 +1,20 @@
-"""Stage speech_eval end to end on a tiny trained Whisper and its ONNX export, on clips made by
+"""Stage eval@speech end to end on a tiny trained Whisper and its ONNX export, on clips made by
 the real speech_data stage: WER/CER per variant, split and voice, worst examples with audio."""
 
 from __future__ import annotations
 
-import csv
 import json
+from itertools import product
 from pathlib import Path
 
 import pytest
-from eval_tiny import export, save_speech
+from eval_tiny import export, quality_csv, save_speech
 
 from sonfolio.config import Params
 from sonfolio.io import read_jsonl
 from sonfolio.speech.audio import decode
-from tasks.speech_eval import run
+from sonfolio.speech.definition import TRACK
+from tasks.eval import run
 
 PER_SPLIT = 4
 
@@ -50,7 +51,7 @@ def evaluated(params: Params, speech_dataset: Path, tmp_path_factory: pytest.Tem
         }
     )
     out = root / "eval"
-    metrics = run(cfg, speech_dataset, [torch_dir, onnx_dir], out, root / "metrics.json")
+    metrics = run(cfg, TRACK, speech_dataset, [torch_dir, onnx_dir], out, root / "metrics.json")
     return metrics, out, root, rows
 
 
@@ -88,11 +89,5 @@ def test_worst_examples_name_their_audio(evaluated):
 @pytest.mark.slow
 def test_quality_csv_for_dvc_plots(evaluated):
     _, out, _, _ = evaluated
-    with (out / "quality.csv").open() as f:
-        rows = list(csv.DictReader(f))
-    assert [(r["variant"], r["split"]) for r in rows] == [
-        ("speech_fp32", "test"),
-        ("speech_fp32", "val"),
-        ("int8_like", "test"),
-        ("int8_like", "val"),
-    ]
+    runs = list(product(("speech_fp32", "int8_like"), ("test", "val")))  # variant-major
+    assert [(r["variant"], r["split"]) for r in quality_csv(out)] == runs

@@ -1,4 +1,4 @@
-"""The speech_data stage: synthetic speech by default, a local corpus folder, and bad input."""
+"""The speech track's data stage: synthetic speech by default, a local corpus folder, bad input."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import datasets.config
 import numpy as np
 import pytest
 
+from sonfolio import tracks
 from sonfolio.config import SpeechData
 from sonfolio.io import read_jsonl
 from sonfolio.speech.audio import SAMPLE_RATE, read_wav
@@ -18,7 +19,9 @@ from sonfolio.speech.dataset import TooManySkipped
 from sonfolio.speech.hub import DatasetUnavailable
 from sonfolio.speech.normalize import normalize
 from sonfolio.speech.synthetic import plan
-from tasks.speech_data import run
+from tasks.data import run
+
+SPEECH = tracks.get("speech")
 
 
 def leftovers(parent: Path) -> list[str]:
@@ -76,7 +79,8 @@ def test_output_does_not_depend_on_the_number_of_workers(
     outs = []
     for workers in (1, 2):
         out = tmp_path / f"w{workers}"
-        run(tiny_speech(synthetic={"utterances": 24}, workers=workers), out, out / "m.json")
+        cfg = tiny_speech(synthetic={"utterances": 24}, workers=workers)
+        run(cfg, SPEECH, tmp_path / "downloads", out, out / "m.json")
         wavs = sorted((out / "audio").rglob("*.wav"))
         outs.append([(out / "manifest.jsonl").read_bytes()] + [w.read_bytes() for w in wavs])
     assert outs[0] == outs[1]
@@ -84,7 +88,9 @@ def test_output_does_not_depend_on_the_number_of_workers(
 
 @pytest.mark.slow
 def test_the_default_dataset_builds_in_well_under_a_minute(params, tmp_path: Path) -> None:
-    stats = run(params.speech_data, tmp_path / "speech", tmp_path / "m.json")
+    stats = run(
+        params.speech_data, SPEECH, tmp_path / "downloads", tmp_path / "speech", tmp_path / "m.json"
+    )
     assert stats["seconds"] < 60
     assert sum(stats["utterances"].values()) == params.speech_data.synthetic.utterances  # none lost
     assert stats["duration_s"]["min"] >= 0.3 and stats["duration_s"]["max"] <= 8.0  # no empty clip
@@ -102,7 +108,13 @@ def test_too_many_skipped_fails_lists_clips_and_leaves_nothing(
 ) -> None:
     cfg = tiny_speech(synthetic={"utterances": 20}, max_duration_s=1.0)  # most clips longer
     with pytest.raises(TooManySkipped) as err:
-        run(cfg, tmp_path / "out" / "speech", tmp_path / "metrics.json")
+        run(
+            cfg,
+            SPEECH,
+            tmp_path / "downloads",
+            tmp_path / "out" / "speech",
+            tmp_path / "metrics.json",
+        )
     message = str(err.value)
     assert "speech_data.max_skip_fraction" in message and "too_long" in message
     assert "audio/train/000000.wav" in message
@@ -114,10 +126,17 @@ def test_a_failed_rebuild_keeps_the_previous_output(
     tiny_speech: Callable[..., SpeechData], tmp_path: Path
 ) -> None:
     out = tmp_path / "speech"
-    run(tiny_speech(synthetic={"utterances": 20}), out, tmp_path / "m.json")
+    run(
+        tiny_speech(synthetic={"utterances": 20}),
+        SPEECH,
+        tmp_path / "downloads",
+        out,
+        tmp_path / "m.json",
+    )
     before = (out / "manifest.jsonl").read_bytes()
     with pytest.raises(TooManySkipped):
-        run(tiny_speech(synthetic={"utterances": 20}, max_duration_s=1.0), out, tmp_path / "m.json")
+        cfg = tiny_speech(synthetic={"utterances": 20}, max_duration_s=1.0)
+        run(cfg, SPEECH, tmp_path / "downloads", out, tmp_path / "m.json")
     assert (out / "manifest.jsonl").read_bytes() == before
     assert leftovers(tmp_path) == ["m.json", "speech"]
 
@@ -127,7 +146,7 @@ def test_unknown_voice_variant_fails_before_any_work(
 ) -> None:
     cfg = tiny_speech(synthetic={"test_voices": ["m7", "zz9"]})
     with pytest.raises(ValueError, match=r"speech_data\.synthetic\.test_voices.*'zz9'"):
-        run(cfg, tmp_path / "speech", tmp_path / "m.json")
+        run(cfg, SPEECH, tmp_path / "downloads", tmp_path / "speech", tmp_path / "m.json")
     assert leftovers(tmp_path) == []
 
 
@@ -149,7 +168,7 @@ def test_local_corpus_folder_loads_like_the_hub(
     bad = [("empty.flac", b"", "vide"), ("junk.flac", b"not audio at all", "mauvais")]
     folder = local_corpus(bad)
     cfg = hub_cfg(tiny_speech, str(folder), streaming=streaming)
-    stats = run(cfg, tmp_path / "speech", tmp_path / "m.json")
+    stats = run(cfg, SPEECH, tmp_path / "downloads", tmp_path / "speech", tmp_path / "m.json")
     assert stats["utterances"] == {"train": 4, "val": 2, "test": 2}
     assert stats["skipped"] == {"empty_audio": 1, "unreadable": 1}
     rows = read_jsonl(tmp_path / "speech" / "manifest.jsonl")
@@ -163,7 +182,8 @@ def test_local_corpus_max_samples_takes_the_first_rows(
     tiny_speech: Callable[..., SpeechData], local_corpus: Callable[..., Path], tmp_path: Path
 ) -> None:
     cfg = hub_cfg(tiny_speech, str(local_corpus()), max_samples=1)
-    assert run(cfg, tmp_path / "speech", tmp_path / "m.json")["utterances"] == {
+    stats = run(cfg, SPEECH, tmp_path / "downloads", tmp_path / "speech", tmp_path / "m.json")
+    assert stats["utterances"] == {
         "train": 1,
         "val": 1,
         "test": 1,
@@ -176,7 +196,7 @@ def test_bad_audio_past_the_cap_fails_and_lists_the_files(
     bad = [("empty.flac", b"", "vide"), ("junk.flac", b"not audio at all", "mauvais")]
     cfg = hub_cfg(tiny_speech, str(local_corpus(bad))).model_copy(update={"max_skip_fraction": 0.1})
     with pytest.raises(TooManySkipped) as err:
-        run(cfg, tmp_path / "out" / "speech", tmp_path / "m.json")
+        run(cfg, SPEECH, tmp_path / "downloads", tmp_path / "out" / "speech", tmp_path / "m.json")
     assert "train[4] empty.flac: empty_audio" in str(err.value)
     assert "train[5] junk.flac: unreadable" in str(err.value)
     assert leftovers(tmp_path / "out") == []
@@ -187,7 +207,7 @@ def test_unknown_dataset_says_what_to_configure(
 ) -> None:
     cfg = hub_cfg(tiny_speech, "nobody/no-such-speech-dataset")
     with pytest.raises(DatasetUnavailable) as err:
-        run(cfg, tmp_path / "speech", tmp_path / "m.json")
+        run(cfg, SPEECH, tmp_path / "downloads", tmp_path / "speech", tmp_path / "m.json")
     message = str(err.value)
     assert "speech_data.hub.name = 'nobody/no-such-speech-dataset'" in message
     assert "local folder" in message and "HF_HUB_OFFLINE" in message
@@ -199,4 +219,4 @@ def test_missing_column_names_the_key(
 ) -> None:
     cfg = hub_cfg(tiny_speech, str(local_corpus()), text_column="sentence")
     with pytest.raises(DatasetUnavailable, match=r"speech_data\.hub\.text_column = 'sentence'"):
-        run(cfg, tmp_path / "speech", tmp_path / "m.json")
+        run(cfg, SPEECH, tmp_path / "downloads", tmp_path / "speech", tmp_path / "m.json")

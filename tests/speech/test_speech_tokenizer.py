@@ -1,4 +1,4 @@
-"""The speech_tokenizer stage: a BPE + feature extractor from scratch, or a base model's."""
+"""The speech track's tokenizer stage: a BPE + feature extractor from scratch, or a base model's."""
 
 from __future__ import annotations
 
@@ -15,20 +15,27 @@ from transformers import (
     WhisperTokenizerFast,
 )
 
+from sonfolio import tracks
 from sonfolio.config import Params, SpeechTokenizer
 from sonfolio.io import read_jsonl
 from sonfolio.speech.audio import SAMPLE_RATE, from_pcm16, read_wav
-from sonfolio.speech.processor import BaseModelUnavailable, build_feature_extractor
+from sonfolio.speech.processor import BaseModelUnavailable, ClipTooLong, build_feature_extractor
 from sonfolio.tokenizer import train_bpe
-from tasks import speech_tokenizer
-from tasks.speech_tokenizer import ClipTooLong, RoundTripError, run
+from tasks import tokenizer as tokenizer_step
+from tasks.tokenizer import RoundTripError, run
+
+SPEECH = tracks.get("speech")
 
 
 @pytest.fixture(scope="module")
 def built(speech_dataset: Path, params: Params, tmp_path_factory) -> tuple[Path, dict]:
     out = tmp_path_factory.mktemp("speech_tok")
     stats = run(
-        params.speech_tokenizer, speech_dataset / "manifest.jsonl", out / "tok", out / "stats.json"
+        params.speech_tokenizer,
+        SPEECH,
+        speech_dataset / "manifest.jsonl",
+        out / "tok",
+        out / "stats.json",
     )
     return out / "tok", stats
 
@@ -61,17 +68,18 @@ def test_feature_extractor_window_fits_the_clips(built, speech_dataset: Path, pa
 def test_clip_longer_than_the_window_fails(speech_dataset: Path, params, tmp_path) -> None:
     cfg = params.speech_tokenizer.model_copy(update={"chunk_length_s": 1})
     with pytest.raises(ClipTooLong, match=r"speech_tokenizer\.chunk_length_s"):
-        run(cfg, speech_dataset / "manifest.jsonl", tmp_path / "tok", tmp_path / "s.json")
+        run(cfg, SPEECH, speech_dataset / "manifest.jsonl", tmp_path / "tok", tmp_path / "s.json")
     assert list(tmp_path.iterdir()) == []
 
 
 def test_round_trip_failure_fails_and_saves_nothing(
     speech_dataset: Path, params, tmp_path, monkeypatch
 ) -> None:
-    monkeypatch.setattr(speech_tokenizer, "round_trip_failures", lambda tok, texts: texts[:1])
+    monkeypatch.setattr(tokenizer_step, "round_trip_failures", lambda tok, texts: texts[:1])
     with pytest.raises(RoundTripError):
         run(
             params.speech_tokenizer,
+            SPEECH,
             speech_dataset / "manifest.jsonl",
             tmp_path / "tok",
             tmp_path / "s.json",
@@ -101,7 +109,9 @@ def test_base_model_processor_is_taken_as_it_is(speech_dataset: Path, params, tm
     texts = [r["text"] for r in read_jsonl(speech_dataset / "manifest.jsonl")]
     base = whisper_base(tmp_path / "base", texts[:20], params.speech_tokenizer)
     cfg = params.speech_tokenizer.model_copy(update={"base_model": str(base)})
-    stats = run(cfg, speech_dataset / "manifest.jsonl", tmp_path / "tok", tmp_path / "s.json")
+    stats = run(
+        cfg, SPEECH, speech_dataset / "manifest.jsonl", tmp_path / "tok", tmp_path / "s.json"
+    )
     saved = WhisperProcessor.from_pretrained(tmp_path / "tok")
     original = WhisperProcessor.from_pretrained(base)
     assert saved.tokenizer.get_vocab() == original.tokenizer.get_vocab()
@@ -123,7 +133,7 @@ def test_unreachable_base_model_says_what_to_configure(
 ) -> None:
     cfg = params.speech_tokenizer.model_copy(update={"base_model": "nobody/no-such-whisper"})
     with pytest.raises(BaseModelUnavailable) as err:
-        run(cfg, speech_dataset / "manifest.jsonl", tmp_path / "tok", tmp_path / "s.json")
+        run(cfg, SPEECH, speech_dataset / "manifest.jsonl", tmp_path / "tok", tmp_path / "s.json")
     message = str(err.value)
     assert "speech_tokenizer.base_model = 'nobody/no-such-whisper'" in message
     assert "local folder" in message and "HF_HUB_OFFLINE" in message

@@ -1,5 +1,6 @@
 """Training fixtures: a tiny score dataset (PIL-drawn systems, a BPE trained here) and a tiny
-speech dataset (the real speech_data and speech_tokenizer stages on a few espeak-ng clips)."""
+speech dataset (the real data and tokenizer stages of the speech track on a few espeak-ng
+clips)."""
 
 from __future__ import annotations
 
@@ -25,22 +26,27 @@ def score_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def speech_data(params: Params, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """data/ (manifest + wavs) and processor/ from the real stages, 40 clips."""
-    from tasks.speech_data import run as speech_data_run
-    from tasks.speech_tokenizer import run as speech_tokenizer_run
+    from sonfolio import tracks
+    from tasks.data import run as data_run
+    from tasks.tokenizer import run as tokenizer_run
 
     root = tmp_path_factory.mktemp("speech_tiny")
     cfg = params.speech_data
     syn = cfg.synthetic.model_copy(
         update={"utterances": 40, "val_fraction": 0.1, "test_fraction": 0.1}
     )
-    speech_data_run(
+    speech = tracks.get("speech")
+    data_run(
         cfg.model_copy(update={"synthetic": syn, "workers": 1}),
+        speech,
+        root / "downloads",
         root / "data",
         root / "speech_data.json",
     )
     tok_cfg = params.speech_tokenizer.model_copy(update={"vocab_size": 300})
-    speech_tokenizer_run(
+    tokenizer_run(
         tok_cfg,
+        speech,
         root / "data" / "manifest.jsonl",
         root / "processor",
         root / "speech_tokenizer.json",

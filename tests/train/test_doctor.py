@@ -19,9 +19,8 @@ CPU_ONLY = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU'
 
 
 def with_tokenizers(params: Params, score_tok: Path, speech_tok: Path) -> Params:
-    paths = params.paths.model_copy(
-        update={"score_tokenizer": score_tok, "speech_tokenizer": speech_tok}
-    )
+    paths = params.paths.with_track("score", tokenizer=score_tok)
+    paths = paths.with_track("speech", tokenizer=speech_tok)
     return params.model_copy(update={"paths": paths})
 
 
@@ -45,7 +44,7 @@ def test_doctor_on_cpu_says_fp32_with_its_reason_and_measures_a_matmul(
     assert score["micro_batch"].startswith(f"{params.score_train.effective_batch} x 1")
     assert score["compile"].startswith("off")
     # a track whose tokenizer stage has not run: doctor says which stage to run, not a crash
-    assert "speech_tokenizer" in report["tracks"]["speech"]["attention"]
+    assert "dvc repro tokenizer@speech" in report["tracks"]["speech"]["attention"]
 
 
 @CPU_ONLY
@@ -67,7 +66,7 @@ def test_doctor_reports_what_the_cpu_cannot_train(params, score_data, tmp_path):
 
 def test_doctor_json_parses(score_data, tmp_path, capsys):
     raw = yaml.safe_load((ROOT / "params.yaml").read_text())
-    raw["paths"]["score_tokenizer"] = str(score_data / "tokenizer")
+    raw["paths"]["tracks"]["score"]["tokenizer"] = str(score_data / "tokenizer")
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
     assert (
         main(["doctor", "--json", "--track", "score", "--params", str(tmp_path / "params.yaml")])
@@ -82,7 +81,7 @@ def test_doctor_json_parses(score_data, tmp_path, capsys):
 
 def test_doctor_table_names_every_choice(score_data, tmp_path, capsys):
     raw = yaml.safe_load((ROOT / "params.yaml").read_text())
-    raw["paths"]["score_tokenizer"] = str(score_data / "tokenizer")
+    raw["paths"]["tracks"]["score"]["tokenizer"] = str(score_data / "tokenizer")
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
     assert main(["doctor", "--track", "score", "--params", str(tmp_path / "params.yaml")]) == 0
     out = capsys.readouterr().out

@@ -93,10 +93,10 @@ def test_a_bad_price_row_is_rejected_by_name(tmp_path):
 
 @pytest.fixture(scope="module")
 def tiny_measurement(score_data, tmp_path_factory):
-    from sonfolio.score.track import make_track
+    from sonfolio.score.track import ScoreTraining
 
     cfg, opts = tiny_config()
-    track = make_track(cfg, score_data, score_data / "tokenizer", WIDTH)[0]
+    track = ScoreTraining(cfg, WIDTH).setup(score_data, score_data / "tokenizer").track
     cache = tmp_path_factory.mktemp("estimate") / "micro_batch.json"
     return measure(track, cfg, opts, steps=2, warmup=1, batch_cache=cache)
 
@@ -136,27 +136,28 @@ def test_cost_is_hours_times_price_for_every_row(tiny_measurement):
     assert lambda_h100["speedup"] == pytest.approx(m.seconds_per_step / seconds)
 
 
-def _missing(params, **paths):
-    return params.model_copy(update={"paths": params.paths.model_copy(update=paths)})
+def _missing(params, track, **paths):
+    return params.model_copy(update={"paths": params.paths.with_track(track, **paths)})
 
 
 def test_missing_inputs_name_the_stage_to_run(params, score_data, tmp_path):
-    with pytest.raises(MissingInput, match="score_data"):
-        build_track("score", _missing(params, score_data=tmp_path / "none"))
-    with pytest.raises(MissingInput, match="score_tokenizer"):
+    with pytest.raises(MissingInput, match="data@score"):
+        build_track("score", _missing(params, "score", data=tmp_path / "none"))
+    with pytest.raises(MissingInput, match="tokenizer@score"):
         build_track(
             "score",
-            _missing(params, score_data=score_data, score_tokenizer=tmp_path / "none"),
+            _missing(params, "score", data=score_data, tokenizer=tmp_path / "none"),
         )
-    with pytest.raises(MissingInput, match="speech_data"):
-        build_track("speech", _missing(params, speech_data=tmp_path / "none"))
+    with pytest.raises(MissingInput, match="data@speech"):
+        build_track("speech", _missing(params, "speech", data=tmp_path / "none"))
 
 
 def test_estimate_command_json_and_metrics_file(score_data, tmp_path, capsys):
     raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    raw["paths"]["tracks"]["score"].update(
+        data=str(score_data), tokenizer=str(score_data / "tokenizer")
+    )
     raw["paths"].update(
-        score_data=str(score_data),
-        score_tokenizer=str(score_data / "tokenizer"),
         checkpoints=str(tmp_path / "checkpoints"),
         metrics=str(tmp_path / "metrics"),
     )
@@ -180,10 +181,10 @@ def test_estimate_command_json_and_metrics_file(score_data, tmp_path, capsys):
 
 def test_estimate_command_fails_naming_the_stage(tmp_path, capsys):
     raw = yaml.safe_load((ROOT / "params.yaml").read_text())
-    raw["paths"]["score_data"] = str(tmp_path / "none")
+    raw["paths"]["tracks"]["score"]["data"] = str(tmp_path / "none")
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
     assert main(["estimate", "--params", str(tmp_path / "params.yaml"), "--track", "score"]) == 2
-    assert "dvc repro score_data" in capsys.readouterr().err
+    assert "dvc repro data@score" in capsys.readouterr().err
     assert main(["estimate", "--steps", "0"]) == 2
     assert "--steps = 0" in capsys.readouterr().err
 

@@ -13,7 +13,7 @@ from tiny import WIDTH, run_tiny, tiny_config
 from sonfolio import qat
 from sonfolio.score.model import load_trained
 from sonfolio.train.ctc import HEAD_FILE
-from sonfolio.train.engine import Run
+from sonfolio.train.run import Run
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +24,9 @@ def fp32(score_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def run_qat(score_data: Path, fp32: Path, out: Path, **loop) -> dict:
-    from sonfolio.score.track import make_track
+    from sonfolio import tracks
+    from sonfolio.score.track import ScoreTraining
+    from tasks.qat import run
 
     train_cfg, opts = tiny_config()
     cfg_loop = {"max_steps": 4, "eval_every": 2, "checkpoint_every": 2, "ctc_weight": 0.3}
@@ -36,14 +38,14 @@ def run_qat(score_data: Path, fp32: Path, out: Path, **loop) -> dict:
     cfg = QatTrain.model_validate(
         {**fields, **cfg_loop, "schemes": schemes, "int4_group_size": 16, "lr": 3e-4}
     )
-    return qat.run_stage(
-        "score_qat",
+    return run(
+        tracks.get("score"),
         cfg,
+        ScoreTraining(train_cfg, WIDTH),
         opts,
-        load_trained,
+        score_data,
+        score_data / "tokenizer",
         fp32,
-        lambda m: make_track(train_cfg, score_data, score_data / "tokenizer", WIDTH, model=m)[0],
-        [score_data / "manifest.jsonl"],
         out / "qat",
         out / "metrics.json",
         out / "checkpoints",

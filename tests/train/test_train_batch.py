@@ -59,7 +59,7 @@ def test_divisors():
 
 
 def test_length_grouped_batches_pad_less_and_cover_the_epoch():
-    from sonfolio.train.engine import EpochBatches
+    from sonfolio.train.order import EpochBatches
 
     rng = torch.Generator().manual_seed(1)
     lengths = torch.randint(5, 90, (640,), generator=rng).tolist()

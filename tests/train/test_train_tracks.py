@@ -16,7 +16,7 @@ from transformers import (
     WhisperForConditionalGeneration,
 )
 
-from sonfolio.train.engine import TooManyBadSamples
+from sonfolio.train.run import TooManyBadSamples
 from sonfolio.train.stability import TrainingDiverged
 
 SCORE_LOSSES = [22.9333, 14.0483]  # pinned: a change here is a change in what training computes
@@ -69,7 +69,8 @@ def test_score_train_reports_what_the_saved_model_reads(score_data, tmp_path):
 
 
 def test_speech_two_steps_pinned(speech_data, params, tmp_path):
-    from tasks.speech_train import run
+    from sonfolio.speech.track import SpeechTraining
+    from tasks.train import run
 
     cfg = params.speech_train.model_copy(
         update={
@@ -82,7 +83,8 @@ def test_speech_two_steps_pinned(speech_data, params, tmp_path):
         }
     )
     metrics = run(
-        cfg,
+        "speech",
+        SpeechTraining(cfg),
         params.engine_options("default"),
         speech_data / "data",
         speech_data / "processor",

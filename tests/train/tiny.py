@@ -71,15 +71,16 @@ def tiny_config(**loop: Any) -> tuple[ScoreTrain, EngineOptions]:
 
 
 def run_tiny(data: Path, out: Path, **loop: Any) -> dict[str, Any]:
-    from tasks.score_train import run
+    from sonfolio.score.track import ScoreTraining
+    from tasks.train import run
 
     cfg, opts = tiny_config(**loop)
     return run(
-        cfg,
+        "score",
+        ScoreTraining(cfg, WIDTH),
         opts,
         data,
         data / "tokenizer",
-        WIDTH,
         out / "model",
         out / "metrics.json",
         out / "checkpoints",

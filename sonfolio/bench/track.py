@@ -1,0 +1,229 @@
+"""Benching one track: every case over interleaved rounds, pooled, compared and gated.
+
+`repeats` rounds run every case once each (sonfolio.bench.worker, a fresh process apiece), in
+an order rotated per round (interleaved, so a load spike on the shared machine hits all
+variants alike), and the figures are medians / percentiles over all rounds.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sonfolio import cpu
+from sonfolio.bench.case import Case, Spec
+from sonfolio.bench.worker import run_case
+from sonfolio.ctc_format import folder_decoding
+from sonfolio.io import write_json
+
+log = logging.getLogger(__name__)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The `q`-th percentile (0-100) of `values`."""
+    return float(np.percentile(np.asarray(values), q))
+
+
+def summarize(runs: list[dict[str, Any]], decode_tokens: int, batch_size: int) -> dict[str, Any]:
+    """Pool the rounds of one variant: p50/p95 latency, throughput, median RSS."""
+    enc = [v for r in runs for v in r["encoder_ms"]]
+    e2e = [v for r in runs for v in r["e2e_ms"]]
+    per_token = [(t - e) / decode_tokens for t, e in zip(e2e, enc, strict=True)]
+    n = len(runs[0]["e2e_ms"])
+    return {
+        "encoder_ms_p50": round(percentile(enc, 50), 2),
+        "encoder_ms_p95": round(percentile(enc, 95), 2),
+        "decoder_ms_per_token_p50": round(percentile(per_token, 50), 3),
+        "decoder_ms_per_token_p95": round(percentile(per_token, 95), 3),
+        "e2e_ms_p50": round(percentile(e2e, 50), 2),
+        "e2e_ms_p95": round(percentile(e2e, 95), 2),
+        "throughput_batch1_per_s": round(1e3 / percentile(e2e, 50), 2),
+        f"throughput_batch{batch_size}_per_s": round(
+            n / statistics.median(r["batch_seconds"] for r in runs), 2
+        ),
+        "rss_peak_mb": round(statistics.median(r["rss_peak_mb"] for r in runs), 1),
+        "rss_over_imports_mb": round(
+            statistics.median(r["rss_peak_mb"] - r["rss_imports_mb"] for r in runs), 1
+        ),
+        "new_tokens_median": statistics.median(t for r in runs for t in r["tokens_out"]),
+    }
+
+
+class QualityGateFailed(RuntimeError):
+    """A variant lost more quality than the stage's gate allows (and fail_on_gate is set)."""
+
+
+@dataclass(frozen=True)
+class Track:
+    """What a bench stage hands to `bench_track`."""
+
+    name: str  # the track's name
+    stage: str  # the stage's name, e.g. bench@score
+    cases: list[Case]
+    sizes: dict[str, int]  # bytes on disk per case name
+    absent: dict[str, str]  # variant name -> why it was not measured
+    inputs: np.ndarray  # (N, ...) float32
+    quality_tokens: int
+    prompt: list[int]  # CT2's decoder prompt; these ids are also dropped from outputs
+    eos_id: int
+    pad_id: int  # stripped from the end of outputs
+    gate_metric: str  # the quality key the gate reads (lower is better)
+    max_increase: float
+
+
+def conditions(cfg: Any, workdir: Path) -> dict[str, Any]:
+    """What the figures depend on, recorded beside them."""
+    import platform
+
+    import ctranslate2
+    import onnxruntime
+    import torch
+
+    return {
+        "threads": cfg.threads,
+        "loop_decoder_threads": cfg.loop_decoder_threads,
+        "spin_wait": cfg.spin_wait,
+        "samples": cfg.samples,
+        "warmup": cfg.warmup,
+        "repeats": cfg.repeats,
+        "batch_size": cfg.batch_size,
+        "decode_tokens": cfg.decode_tokens,
+        "io_binding": cfg.io_binding,
+        "cpu_count": os.cpu_count(),
+        "cpu": cpu.isa(),  # int8 speed and quality depend on VNNI / AMX / DOTPROD
+        "load_average_before": [round(x, 2) for x in os.getloadavg()],
+        "machine": platform.processor() or platform.machine(),
+        "versions": {
+            "torch": torch.__version__,
+            "onnxruntime": onnxruntime.__version__,
+            "ctranslate2": ctranslate2.__version__,
+        },
+        "process": "a fresh process per variant per round; rounds interleaved",
+    }
+
+
+def bench_track(
+    track: Track, cfg: Any, score: Any, workdir: Path
+) -> tuple[dict[str, Any], list[str]]:
+    """Measure every case; score its greedy outputs with `score(outputs) -> {metric: value}`
+    (token id lists in, lower is better), and mark each against torch FP32 and the gate.
+
+    Returns (metrics, failures); failures name the variants past the gate and the numbers.
+    """
+    from rich.progress import Progress
+
+    np.save(workdir / "inputs.npy", track.inputs)
+    runs: dict[str, list[dict[str, Any]]] = {c.name: [] for c in track.cases}
+    metrics: dict[str, Any] = {"conditions": conditions(cfg, workdir)}
+    with Progress(transient=True) as bar:
+        job = bar.add_task(f"{track.stage}", total=cfg.repeats * len(track.cases))
+        for r in range(cfg.repeats):
+            k = r % len(track.cases)
+            for case in track.cases[k:] + track.cases[:k]:
+                spec = Spec(
+                    case=case,
+                    track=track.name,
+                    inputs=str(workdir / "inputs.npy"),
+                    threads=cfg.threads,
+                    decoder_threads=cfg.loop_decoder_threads,
+                    spin_wait=cfg.spin_wait,
+                    warmup=cfg.warmup,
+                    batch_size=cfg.batch_size,
+                    decode_tokens=cfg.decode_tokens,
+                    quality_tokens=track.quality_tokens,
+                    io_binding=cfg.io_binding,
+                    prompt=track.prompt,
+                    eos_id=track.eos_id,
+                    quality=r == 0,
+                )
+                runs[case.name].append(run_case(spec, workdir))
+                bar.advance(job)
+    metrics["conditions"]["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
+    variants = {}
+    for case in track.cases:
+        figures = summarize(runs[case.name], cfg.decode_tokens, cfg.batch_size)
+        outputs = [_clean(ids, track) for ids in runs[case.name][0]["outputs"]]
+        variants[case.name] = {
+            "runtime": case.runtime,
+            "decoding": "ctc" if folder_decoding(Path(case.folder))[0] else "attention",
+            "bytes": track.sizes[case.name],
+            **_int8_weights(case),
+            **figures,
+            **score(outputs),
+            "_outputs": outputs,
+        }
+    failures = _compare(variants, track)
+    for v in variants.values():
+        v.pop("_outputs")
+    variants.update({name: {"status": why} for name, why in track.absent.items()})
+    metrics["variants"] = variants
+    return metrics, failures
+
+
+REFERENCE = "torch_fp32"
+
+
+def _int8_weights(case: Case) -> dict[str, Any]:
+    """{"int8_weights": ...} for an ORT case of an int8 folder (sonfolio.cpu), else {}."""
+    if case.runtime == "torch" or not Path(case.folder).is_dir():
+        return {}
+    found = cpu.int8_weight_range(Path(case.folder))
+    return {"int8_weights": found} if found else {}
+
+
+def _clean(ids: list[int], track: Track) -> list[int]:
+    """Token ids up to end of text, without the prompt or padding: runtimes differ in what
+    they echo (HF Whisper drops the end token and pads a batch with the pad id)."""
+    if track.eos_id in ids:
+        ids = ids[: ids.index(track.eos_id)]
+    while ids and ids[-1] == track.pad_id:
+        ids = ids[:-1]
+    while ids and ids[0] in track.prompt:
+        ids = ids[1:]
+    return ids
+
+
+def _compare(variants: dict[str, dict[str, Any]], track: Track) -> list[str]:
+    """Ratios to torch FP32, agreement of outputs with it, and the quality gate."""
+    ref = variants[REFERENCE]
+    peer = variants.get("ct2_int8")
+    failures = []
+    for name, v in variants.items():
+        v["size_ratio"] = round(v["bytes"] / ref["bytes"], 4)
+        v["speedup_vs_torch_fp32"] = round(ref["e2e_ms_p50"] / v["e2e_ms_p50"], 3)
+        if peer is not None:
+            v["latency_vs_ctranslate2"] = round(v["e2e_ms_p50"] / peer["e2e_ms_p50"], 3)
+        same = [a == b for a, b in zip(v["_outputs"], ref["_outputs"], strict=True)]
+        v["agreement_with_torch_fp32"] = round(sum(same) / len(same), 4)
+        loss = v[track.gate_metric] - ref[track.gate_metric]
+        v[f"{track.gate_metric}_increase"] = round(loss, 4)
+        v["status"] = "passed"
+        if name != REFERENCE and loss > track.max_increase:
+            v["status"] = "failed"
+            failures.append(
+                f"{name}: {track.gate_metric} {v[track.gate_metric]:.4f} vs torch FP32 "
+                f"{ref[track.gate_metric]:.4f} (+{loss:.4f} > the allowed +{track.max_increase})"
+            )
+    return failures
+
+
+def finish(
+    metrics: dict[str, Any], failures: list[str], cfg: Any, metrics_path: Path, stage: str
+) -> dict[str, Any]:
+    """Write the metrics; fail the stage if a gate failed and fail_on_gate is set."""
+    metrics["gate_failures"] = failures
+    if failures and cfg.fail_on_gate:
+        raise QualityGateFailed(
+            f"{stage}: quality gate failed (bench.fail_on_gate is true):\n  "
+            + "\n  ".join(failures)
+        )
+    for f in failures:
+        log.warning("%s: past the quality gate (marked failed): %s", stage, f)
+    write_json(metrics_path, metrics)
+    return metrics

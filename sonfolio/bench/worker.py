@@ -1,0 +1,128 @@
+"""One variant measured in a fresh process: the worker's measurement loop, and its launcher.
+
+Each variant runs in its own process (`python -m sonfolio.bench.worker SPEC OUT`, started by
+`run_case`) so that its peak RSS is its own.
+
+Latency is measured on a forced decode length (`decode_tokens`, end of text suppressed) so
+every runtime does the same work: encoder ms (encoder alone), end-to-end ms (encoder + greedy
+decode of that many tokens, batch 1), decoder ms per token = (end-to-end - encoder) / tokens.
+Quality comes from a separate greedy decode that stops at end of text.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sonfolio.bench.case import Case, Spec
+from sonfolio.bench.loop_runtime import loop_runtime
+from sonfolio.bench.ort_runtime import OrtRuntime
+from sonfolio.bench.peer import Ct2Runtime
+from sonfolio.bench.torch_runtime import TorchRuntime
+
+
+def _rss_mb() -> float:
+    """Peak RSS of this process's address space, MiB.
+
+    /proc's VmHWM, not getrusage's ru_maxrss: Linux carries ru_maxrss over across execve, so
+    a worker started by a parent holding 400 MB of torch would report at least that.
+    """
+    status = Path("/proc/self/status")
+    if status.is_file():
+        for line in status.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024  # kB
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # no /proc: macOS, in bytes
+    return peak / (1024 * 1024 if sys.platform == "darwin" else 1024)
+
+
+RUNTIMES = {"torch": TorchRuntime, "ort": OrtRuntime, "ort_loop": loop_runtime, "ct2": Ct2Runtime}
+
+
+def _ms(fn: Any, *args: Any) -> float:
+    start = time.perf_counter()
+    fn(*args)
+    return (time.perf_counter() - start) * 1e3
+
+
+def measure(spec: Spec) -> dict[str, Any]:
+    """Run one variant on the inputs; returns raw timings, RSS, token counts and outputs."""
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(spec.threads)
+    inputs = np.load(spec.inputs)
+    rss_imports = _rss_mb()
+    runner = RUNTIMES[spec.case.runtime](spec)
+    n, steps = len(inputs), spec.decode_tokens
+    for i in range(spec.warmup):
+        runner.generate(inputs[i % n : i % n + 1], steps, forced=True)
+    enc, e2e, new_tokens = [], [], []
+    for i in range(n):
+        x = inputs[i : i + 1]
+        enc.append(_ms(runner.encode, x))
+        start = time.perf_counter()
+        ids = runner.generate(x, steps, forced=True)
+        e2e.append((time.perf_counter() - start) * 1e3)
+        echoed = len(ids[0]) and ids[0][0] == spec.prompt[0]  # HF echoes the start token
+        new_tokens.append(len(ids[0]) - int(echoed))
+    start = time.perf_counter()
+    for b in range(0, n, spec.batch_size):
+        runner.generate(inputs[b : b + spec.batch_size], steps, forced=True)
+    batch_s = time.perf_counter() - start
+    outputs = []
+    if spec.quality:
+        for b in range(0, n, spec.batch_size):
+            outputs += runner.generate(inputs[b : b + spec.batch_size], spec.quality_tokens, False)
+    return {
+        "encoder_ms": enc,
+        "e2e_ms": e2e,
+        "tokens_out": new_tokens,
+        "batch_seconds": batch_s,
+        "rss_peak_mb": _rss_mb(),
+        "rss_imports_mb": rss_imports,
+        "outputs": outputs,
+    }
+
+
+def main(argv: list[str]) -> None:
+    """The worker process: `argv` = [spec JSON file, file the measurements are written to]."""
+    raw = json.loads(Path(argv[0]).read_text())
+    spec = Spec(**{**raw, "case": Case(**raw["case"])})
+    Path(argv[1]).write_text(json.dumps(measure(spec)))
+
+
+def run_case(spec: Spec, workdir: Path) -> dict[str, Any]:
+    """Measure `spec` in a fresh process.
+
+    Raises:
+        RuntimeError: the worker failed; its stderr tail is in the message.
+    """
+    tag = f"{spec.case.name}-{time.monotonic_ns()}"
+    spec_path, out_path = workdir / f"{tag}.json", workdir / f"{tag}.out.json"
+    spec_path.write_text(json.dumps(asdict(spec)))
+    env = {**os.environ, "OMP_NUM_THREADS": str(spec.threads), "TOKENIZERS_PARALLELISM": "false"}
+    if not spec.spin_wait:  # torch and CTranslate2 use OpenMP: the same choice as ORT's
+        env["OMP_WAIT_POLICY"] = "PASSIVE"
+    proc = subprocess.run(
+        [sys.executable, "-m", "sonfolio.bench.worker", str(spec_path), str(out_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    if proc.returncode:
+        raise RuntimeError(
+            f"bench of variant {spec.case.name} ({spec.case.folder}) failed:\n{proc.stderr[-3000:]}"
+        )
+    return json.loads(out_path.read_text())
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,75 @@
+"""The quality section: each variant's quality per split (the eval), a plot and the samples."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from sonfolio.config import Report
+from sonfolio.report.items import Figure, Section, Table, fmt
+from sonfolio.report.plots import bar_chart
+from sonfolio.report.samples import VIEWS, SampleSplit
+from sonfolio.report.sources import ReportTrack, Sources, missing, read_json
+
+log = logging.getLogger(__name__)
+
+
+def quality_table(track: ReportTrack, ev: dict[str, Any]) -> Table:
+    rows = []
+    for variant, v in ev["variants"].items():
+        for split, s in v.get("splits", {}).items():
+            rows.append(
+                [variant, v.get("kind", "—"), split, *(fmt(s.get(k)) for k in track.report_quality)]
+            )
+    return Table(
+        f"Quality per variant (reference: {ev.get('reference', '—')})",
+        ["variant", "runtime", "split", *track.report_quality],
+        rows,
+        "delta_*: the variant minus the reference model on the same samples (positive = worse "
+        "for error rates). Definitions: docs/evaluation.md. Measured on "
+        f"{ev.get('cpu', {}).get('summary', 'a CPU not recorded')}.",
+    )
+
+
+def quality_plot(track: ReportTrack, ev: dict[str, Any], dest: Path, dpi: int) -> None:
+    key = track.report_quality[0]
+    variants = list(ev["variants"])
+    splits = list(dict.fromkeys(s for v in ev["variants"].values() for s in v.get("splits", {})))
+    series = {
+        split: [ev["variants"][v].get("splits", {}).get(split, {}).get(key, 0.0) for v in variants]
+        for split in splits
+    }
+    title = f"{track.name}: quality per variant"
+    bar_chart(variants, series, track.report_quality_label, title, dest, dpi)
+
+
+def sample_variant(ev: dict[str, Any], cfg: Report) -> str:
+    """The variant whose samples are shown: cfg.sample_variant, else the eval's reference."""
+    if cfg.sample_variant in ev["variants"]:
+        return cfg.sample_variant
+    ref = ev.get("reference") or next(iter(ev["variants"]))
+    log.info(
+        "report: samples of %s (report.sample_variant %r was not evaluated)",
+        ref,
+        cfg.sample_variant,
+    )
+    return ref
+
+
+def eval_section(track: ReportTrack, src: Sources, out: Path, cfg: Report) -> Section:
+    section = Section("Quality per variant (evaluation)")
+    path = src.metrics_of(track.name, "eval")
+    ev = read_json(path)
+    if ev is None or not ev.get("variants"):
+        section.items.append(missing(path, track.name, "eval"))
+        return section
+    section.items.append(quality_table(track, ev))
+    name = f"assets/{track.name}_quality.png"
+    quality_plot(track, ev, out / name, cfg.dpi)
+    section.items.append(Figure(name, f"{track.report_quality[0].upper()} per variant and split"))
+    variant = sample_variant(ev, cfg)
+    show = VIEWS[track.eval_samples]
+    for split, s in ev["variants"][variant].get("splits", {}).items():
+        section.items.append(show(SampleSplit(track.name, variant, split, s), src, out, cfg))
+    return section

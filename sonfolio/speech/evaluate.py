@@ -1,0 +1,107 @@
+"""The speech track's side of the eval stage (tasks/eval.py): one variant's transcripts on one
+split scored (WER and CER through `evaluate`, with the local metric modules in
+sonfolio/speech/metrics, per split and per voice) and shown (the worst transcriptions with
+their audio paths).
+
+Both sides are normalised first (sonfolio.speech.normalize, docs/speech.md); definitions and
+the empty-text rules: docs/evaluation.md.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import jiwer
+import torch
+
+from sonfolio.config import SpeechEval
+from sonfolio.evaluation import Decoded
+from sonfolio.io import write_json, write_jsonl
+from sonfolio.speech import metrics
+from sonfolio.speech.audio import SAMPLE_RATE, decode
+from sonfolio.speech.normalize import normalize
+
+
+def inputs(variant: Any, rows: list[dict], data: Path) -> torch.Tensor:
+    """(B, mel bins, frames of the model's window) log-mel features of `rows`' clips: what the
+    model was trained on, made by the variant's feature extractor.
+
+    Raises:
+        AudioError: a clip cannot be decoded (the eval set must be whole: rerun
+            `dvc repro data@speech`).
+    """
+    audio = [decode(data / r["audio"]) for r in rows]
+    feats = variant.processor(audio, sampling_rate=SAMPLE_RATE, return_tensors="pt")
+    return feats["input_features"]
+
+
+def error_rates(wer: Any, cer: Any, refs: list[str], hyps: list[str]) -> dict[str, float]:
+    """Corpus WER and CER of normalised texts through the `evaluate` modules."""
+    return {
+        "wer": wer.compute(predictions=hyps, references=refs)["wer"],
+        "cer": cer.compute(predictions=hyps, references=refs)["cer"],
+    }
+
+
+def utterance_wer(ref: str, hyp: str) -> float:
+    """One clip's WER (jiwer, as the metric module): ranks the worst examples."""
+    out = jiwer.process_words(ref, hyp)
+    words = out.hits + out.substitutions + out.deletions
+    errors = out.substitutions + out.deletions + out.insertions
+    return errors / words if words else float(errors > 0)
+
+
+class Scorer:
+    """Scores every variant's transcripts and writes their worst examples; the `evaluate`
+    metric modules are loaded once per run."""
+
+    def __init__(self, cfg: SpeechEval, data: Path) -> None:
+        self.cfg, self.data = cfg, data
+        self.wer, self.cer = metrics.load("wer"), metrics.load("cer")
+
+    def rates(self, refs: list[str], hyps: list[str]) -> dict[str, float]:
+        return error_rates(self.wer, self.cer, refs, hyps)
+
+    def score(self, decoded: Decoded, folder: Path) -> dict[str, Any]:
+        """Metrics of one variant's transcripts on one split (overall and per voice); writes
+        predictions.jsonl and worst.json into `folder`."""
+        rows, hyps, decode_s = decoded.rows, decoded.hyps, decoded.decode_s
+        refs = [normalize(r["text"]) for r in rows]
+        norm = [normalize(h) for h in hyps]
+        result: dict[str, Any] = {**self.rates(refs, norm), "clips": len(rows)}
+        by_voice: dict[str, list[int]] = defaultdict(list)
+        for i, r in enumerate(rows):
+            by_voice[r.get("speaker") or "unknown"].append(i)
+        result["per_voice"] = {
+            voice: {
+                **self.rates([refs[i] for i in idx], [norm[i] for i in idx]),
+                "clips": len(idx),
+            }
+            for voice, idx in sorted(by_voice.items())
+        }
+        audio_s = sum(r.get("duration", 0.0) for r in rows)
+        result.update(
+            decode_s=round(decode_s, 2),
+            clips_per_s=round(len(rows) / decode_s, 2),
+            real_time_factor=round(decode_s / audio_s, 4) if audio_s else None,
+        )
+        per = [
+            {
+                "audio": str(self.data / r["audio"]),
+                "speaker": r.get("speaker"),
+                "ref": r["text"],
+                "hyp": h,
+                "ref_norm": rn,
+                "hyp_norm": hn,
+                "wer": round(utterance_wer(rn, hn), 4),
+            }
+            for r, h, rn, hn in zip(rows, hyps, refs, norm, strict=True)
+        ]
+        worst = sorted(per, key=lambda x: -x["wer"])[: self.cfg.worst_examples]
+        folder.mkdir(parents=True, exist_ok=True)
+        write_jsonl(folder / "predictions.jsonl", per)
+        write_json(folder / "worst.json", worst)
+        result["worst"] = [{k: w[k] for k in ("audio", "ref", "hyp", "wer")} for w in worst]
+        return result

@@ -1,0 +1,85 @@
+"""Stage data: one track's dataset, its files (images, clips) and their manifest.
+
+Run:    dvc repro data            (every track: data@score, data@speech)
+        python -m tasks.data score
+Reads:  params.yaml (<track>_data, paths); what the track builds from (score: music21's corpus
+        or the configured folders/archives, cached in paths.download_cache; speech: espeak-ng,
+        or the corpus speech_data.hub.name)
+Writes: ${paths.tracks.<track>.data}/ (the files, manifest.jsonl: a row per file, with its
+        sha256), ${paths.metrics}/<track>_data.json (counts per split, skipped inputs by
+        reason, seconds, <items>_per_s)
+
+What a track builds and the rows it writes are its definition's (`build_data`); skipped inputs
+are counted and capped there. Nothing is left in place of the output on failure.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any, Protocol
+
+from sonfolio import tracks
+from sonfolio.config import load_params
+from sonfolio.io import file_sha256, staged_dir, write_json, write_jsonl
+from sonfolio.logs import setup_logging
+
+log = logging.getLogger(__name__)
+
+
+class DataTrack(Protocol):
+    """What this step asks of a track's definition."""
+
+    name: str
+    data_file: str  # the manifest column naming each row's file
+    data_items: str  # what a row is (systems, utterances), for the metrics' `<items>_per_s`
+
+    def build_data(
+        self, cfg: Any, download_cache: Path, out: Path
+    ) -> tuple[list[dict[str, Any]], dict[str, Any]]: ...
+
+
+def run(
+    cfg: Any, track: DataTrack, download_cache: Path, out: Path, metrics: Path
+) -> dict[str, Any]:
+    """Build `track`'s dataset from `cfg` (its <track>_data section) into `out`, replaced only
+    on success, and write its stats to `metrics`.
+
+    Raises:
+        What the track's build raises: too many skipped inputs (TooManySkipped, naming the key
+        to raise), a missing tool or source, a setting that gives no train row.
+    """
+    start = time.perf_counter()
+    with staged_dir(out) as tmp:
+        rows, stats = track.build_data(cfg, download_cache, tmp)
+        # Downstream stages depend on the manifest alone: the hash makes it change whenever
+        # a file does.
+        manifest = [{**r, "sha256": file_sha256(tmp / r[track.data_file])} for r in rows]
+        write_jsonl(tmp / "manifest.jsonl", manifest)
+    elapsed = time.perf_counter() - start
+    stats.update(seconds=round(elapsed, 2))
+    stats[f"{track.data_items}_per_s"] = round(len(rows) / elapsed, 2)
+    write_json(metrics, stats)
+    log.info(
+        "%s data: %d %s in %.1f s, in %s", track.name, len(rows), track.data_items, elapsed, out
+    )
+    return stats
+
+
+def main() -> None:
+    setup_logging()
+    track = tracks.from_argv(sys.argv[1:], "data")
+    params = load_params()
+    run(
+        params.section(track, "data"),
+        tracks.get(track),
+        params.paths.download_cache,
+        params.paths.track(track).data,
+        params.paths.metrics / f"{track}_data.json",
+    )
+
+
+if __name__ == "__main__":
+    main()

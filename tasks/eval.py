@@ -1,0 +1,159 @@
+"""Stage eval: every model variant of one track on the same samples, so quantization's quality
+cost is measured: the track's error rates per variant and split, each variant's difference from
+the reference, and samples to look at.
+
+Run:    dvc repro eval            (every track: eval@score, eval@speech)
+        python -m tasks.eval score
+Reads:  params.yaml (<track>_eval, paths; the score track also score_data.lilypond), and of
+        paths.tracks.<track>: data/ (manifest, images or clips), model/ (the FP32 model: the
+        reference) and every variant folder under export/ that exists (variants.discover)
+Writes: under paths.tracks.<track>.eval: samples/<variant>/<split>/ (predictions.jsonl and the
+        track's samples: score, worst_NN.png and random_NN.png with input, prediction render and
+        truth render side by side; speech, worst.json: the worst clips with their audio paths)
+        and quality.csv (dvc plots); ${paths.metrics}/<track>_eval.json (per variant and split,
+        with each variant's difference from the reference)
+
+What a track measures and shows is in its definition (sonfolio/<track>/definition.py, eval);
+the metrics' definitions: docs/evaluation.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Protocol
+
+from rich.progress import Progress
+
+from sonfolio import tracks, variants
+from sonfolio.config import ScoreEval, SpeechEval, load_params
+from sonfolio.evaluation import Decoded
+from sonfolio.io import read_jsonl, staged_dir, write_json
+from sonfolio.logs import setup_logging
+
+log = logging.getLogger(__name__)
+
+STEP = "eval"
+EvalConfig = ScoreEval | SpeechEval  # the fields read here are common to every track's section
+
+
+class Scorer(Protocol):
+    """A track's scoring of one variant's outputs on one split (its definition's eval_scorer)."""
+
+    def score(self, decoded: Decoded, folder: Path) -> dict[str, Any]:
+        """The split's metrics; writes predictions.jsonl and the track's samples into folder."""
+        ...
+
+
+class EvalTrack(Protocol):
+    """What the eval asks a track's definition (sonfolio/<track>/definition.py, its eval part;
+    the methods there are untyped, as the definition imports nothing at load time)."""
+
+    name: str
+    eval_delta_keys: tuple[str, ...]  # compared with the reference; quality.csv's columns
+    eval_csv_extra: str  # one more quality.csv column
+
+    def eval_tool(self, params: Any) -> Any: ...  # what the scorer runs outside Python, or None
+
+    def eval_inputs(self, variant: variants.Variant, rows: list[dict], data: Path) -> Any: ...
+
+    def eval_scorer(self, cfg: Any, data: Path, tool: Any, work: Path) -> Scorer: ...
+
+
+def decode(
+    track: EvalTrack, v: variants.Variant, rows: list[dict], data: Path, cfg: EvalConfig
+) -> list[str]:
+    """Greedy outputs for `rows`, `cfg.batch_size` samples per generate call."""
+    hyps: list[str] = []
+    with Progress(transient=True) as bar:
+        task = bar.add_task(f"{v.name}: decoding", total=len(rows))
+        for start in range(0, len(rows), cfg.batch_size):
+            chunk = rows[start : start + cfg.batch_size]
+            hyps += v.generate(track.eval_inputs(v, chunk, data), cfg.decode_max_tokens)
+            bar.advance(task, len(chunk))
+    return hyps
+
+
+def _round(m: Any) -> Any:
+    if isinstance(m, dict):
+        return {k: _round(v) for k, v in m.items()}
+    if isinstance(m, list):
+        return [_round(v) for v in m]
+    return round(m, 4) if isinstance(m, float) else m
+
+
+def run(
+    cfg: EvalConfig,
+    track: EvalTrack,
+    data: Path,
+    variant_dirs: list[Path],
+    out: Path,
+    metrics_path: Path,
+    tool: Any = None,
+) -> dict[str, Any]:
+    """Evaluate each variant folder (the first is the reference) on cfg.splits.
+
+    Args:
+        tool: what the track's scorer runs outside Python (its definition's eval_tool: score,
+            the LilyPond binary; speech, None).
+
+    Raises:
+        VariantError: a variant folder cannot be loaded or is a model of another track.
+        ValueError: a split has no samples.
+    """
+    rows = read_jsonl(data / "manifest.jsonl")
+    splits = {s: variants.eval_rows(rows, s, cfg.max_samples, cfg.seed) for s in cfg.splits}
+    for split, chosen in splits.items():
+        if not chosen:
+            raise ValueError(
+                f"{data}/manifest.jsonl has no {split!r} rows: check {track.name}_eval.splits"
+            )
+    start = time.perf_counter()
+    with staged_dir(out / "samples") as tmp, tempfile.TemporaryDirectory() as work:
+        scorer = track.eval_scorer(cfg, data, tool, Path(work))
+
+        def one(v: variants.Variant, split: str, chosen: list[dict]) -> dict[str, Any]:
+            t0 = time.perf_counter()
+            hyps = decode(track, v, chosen, data, cfg)
+            decode_s = time.perf_counter() - t0
+            decoded = Decoded(v.name, split, chosen, hyps, decode_s)
+            m = scorer.score(decoded, tmp / v.name / split)
+            shown = ", ".join(f"{k} {m[k]:.3f}" for k in track.eval_delta_keys)
+            log.info("%s %s: %s", v.name, split, shown)
+            return _round(m)
+
+        per_variant = variants.evaluate_all(variant_dirs, track.name, cfg.threads, splits, one)
+    result = variants.quality_results(
+        per_variant,
+        variant_dirs[0].name,
+        track.eval_delta_keys,
+        track.eval_csv_extra,
+        out / "quality.csv",
+        start,
+    )
+    write_json(metrics_path, result)
+    return result
+
+
+def main() -> None:
+    setup_logging()
+    track = tracks.from_argv(sys.argv[1:], STEP)
+    params = load_params()
+    paths = params.paths.track(track)
+    definition = tracks.get(track)
+    run(
+        params.section(track, STEP),
+        definition,
+        paths.data,
+        variants.discover(paths.model, paths.export),
+        paths.eval,
+        params.paths.metrics / f"{track}_{STEP}.json",
+        definition.eval_tool(params),
+    )
+
+
+if __name__ == "__main__":
+    main()
