@@ -14,43 +14,18 @@ from __future__ import annotations
 import logging
 import statistics
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from sonfolio.config import SpeechData
+from sonfolio.speech.clips import SPLITS, Skip, Utterance
 
 log = logging.getLogger(__name__)
-
-SPLITS = ("train", "val", "test")
-
-
-@dataclass(frozen=True)
-class Utterance:
-    """One row of the manifest."""
-
-    audio: str
-    text: str
-    text_norm: str
-    duration: float
-    speaker: str
-    split: str
-
-
-@dataclass(frozen=True)
-class Skip:
-    """An input that gave no clip: which one (a file or an utterance id) and why."""
-
-    item: str
-    reason: str
 
 
 class TooManySkipped(RuntimeError):
     """More inputs were unusable than speech_data.max_skip_fraction allows."""
-
-
-def audio_path(split: str, index: int) -> str:
-    return f"audio/{split}/{index:06d}.wav"
 
 
 def check_skips(skips: list[Skip], total: int, max_fraction: float) -> Counter[str]:

@@ -23,7 +23,7 @@ from datasets import Audio, IterableDataset, load_dataset
 from sonfolio.config import SpeechData, SpeechHub
 from sonfolio.parallel import progress
 from sonfolio.speech.audio import SAMPLE_RATE, AudioError, decode, to_pcm16, write_wav
-from sonfolio.speech.dataset import SPLITS, Skip, Utterance, audio_path
+from sonfolio.speech.clips import SPLITS, Skip, Utterance, audio_path
 from sonfolio.speech.normalize import normalize, unify
 
 log = logging.getLogger(__name__)
