@@ -47,9 +47,36 @@ def module_file(name: str) -> Path | None:
     return None
 
 
+def is_type_checking(test: ast.expr) -> bool:
+    """`if TYPE_CHECKING:` or `if typing.TYPE_CHECKING:`."""
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def runtime_nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node of `tree` but those inside `if TYPE_CHECKING:` (its `else:` runs).
+
+    An import there never runs: it only names a type for annotations, which
+    `from __future__ import annotations` leaves unevaluated. It cannot change an output, so it
+    is no dep; counting it would make every stage whose code annotates with, say, the eval
+    section's schema rerun when that schema changes.
+    """
+    nodes, todo = [], [tree]
+    while todo:
+        node = todo.pop()
+        nodes.append(node)
+        if isinstance(node, ast.If) and is_type_checking(node.test):
+            todo.extend(node.orelse)
+        else:
+            todo.extend(ast.iter_child_nodes(node))
+    return nodes
+
+
 def imported_modules(path: Path) -> set[str]:
+    """The project modules `path` imports when it runs, at the top or inside a function."""
     names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in runtime_nodes(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             names |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -58,19 +85,31 @@ def imported_modules(path: Path) -> set[str]:
     return {n for n in names if n.split(".")[0] in PROJECT_PACKAGES}
 
 
+def carries_code(path: Path) -> bool:
+    """More than a docstring (and `from __future__` imports): a package's __init__.py that only
+    says what the package is cannot change an output."""
+    body = ast.parse(path.read_text()).body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]
+    return any(not (isinstance(n, ast.ImportFrom) and n.module == "__future__") for n in body)
+
+
 def project_imports(entry: str) -> set[Path]:
     """Files of every project module reachable by imports from `entry` (a dotted name)."""
     seen: set[Path] = set()
     todo = [entry]
     while todo:
-        path = module_file(todo.pop())
+        name = todo.pop()
+        # importing sonfolio.config.eval runs sonfolio/config/__init__.py first
+        todo.extend(name.rsplit(".", n)[0] for n in range(1, name.count(".") + 1))
+        path = module_file(name)
         if path is None or path in seen:
             continue
         seen.add(path)
         todo.extend(imported_modules(path))
-    # empty __init__.py files carry no code; sonfolio/__init__.py only filters log lines (so an
-    # edit to it cannot make an output stale: test_package_init_only_filters_logs)
-    return {p for p in seen if p.stat().st_size > 0 and p != PACKAGE_INIT}
+    # sonfolio/__init__.py only filters log lines (so an edit to it cannot make an output
+    # stale: test_package_init_only_filters_logs)
+    return {p for p in seen if carries_code(p) and p != PACKAGE_INIT}
 
 
 @pytest.mark.parametrize("stage", sorted(dvc_stages()))
