@@ -27,7 +27,8 @@ from rich.table import Table
 
 from benchmarks import console
 from sonfolio import tracks
-from sonfolio.config import ScoreData, load_params
+from sonfolio.config.data import ScoreData
+from sonfolio.config.params import load_params
 from sonfolio.io import write_json
 from tasks.data import run
 

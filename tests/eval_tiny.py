@@ -10,7 +10,8 @@ from pathlib import Path
 import torch
 from transformers import ViTImageProcessor
 
-from sonfolio.config import Params, ScoreModel, SpeechModel
+from sonfolio.config.params import Params
+from sonfolio.config.train import ScoreModel, SpeechModel
 from sonfolio.score.model import build as build_score
 from sonfolio.speech.model import build as build_speech
 from sonfolio.speech.processor import build_feature_extractor

@@ -18,7 +18,8 @@ import yaml
 from PIL import Image
 from transformers import ViTImageProcessor
 
-from sonfolio.config import Params, ScoreModel, SpeechModel
+from sonfolio.config.params import Params
+from sonfolio.config.train import ScoreModel, SpeechModel
 from sonfolio.score.lilypond import compile_systems, find_lilypond
 from sonfolio.speech.audio import write_wav
 from sonfolio.speech.espeak import synthesize

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sonfolio.config import ParamsError, load_params, parse_params
+from sonfolio.config.base import ParamsError
+from sonfolio.config.params import load_params, parse_params
 
 ROOT = Path(__file__).resolve().parents[1]
 

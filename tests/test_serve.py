@@ -30,7 +30,7 @@ from infer_tiny import (
     stack,
 )
 
-from sonfolio.config import parse_params
+from sonfolio.config.params import parse_params
 from sonfolio.serve import create_app
 
 MAX_MB = 0.25  # the tests' upload limit: a page PNG fits, 1 MB does not

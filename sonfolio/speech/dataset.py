@@ -16,9 +16,10 @@ import statistics
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sonfolio.config import SpeechData
+if TYPE_CHECKING:
+    from sonfolio.config.data import SpeechData
 
 log = logging.getLogger(__name__)
 
