@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import importlib
 import re
 from pathlib import Path
 
@@ -138,6 +139,18 @@ def test_stage_has_its_params_section(stage):
     section = f"{track}_{name}" if f"{track}_{name}" in params else name  # score_train
     assert section in params, f"params.yaml has no section for stage {stage}"
     assert section in dvc_stages()[stage]["params"]
+
+
+@pytest.mark.parametrize("stage", sorted(dvc_stages()))
+def test_stage_validates_the_params_it_lists(stage):
+    """Before any work a stage validates every section it reads (dvc.yaml's `params`), and
+    only those: its view of params.yaml, sonfolio.config.<step>.<Step>Params, declares them,
+    and tasks/<step>.py loads that view."""
+    name = stage.partition("@")[0]
+    view = getattr(importlib.import_module(f"sonfolio.config.{name}"), f"{name.title()}Params")
+    listed = {key.split(".")[0] for key in dvc_stages()[stage]["params"]}
+    assert listed - set(view.model_fields) == set(), f"{view.__name__} lacks sections"
+    assert f"load_sections({view.__name__})" in (ROOT / "tasks" / f"{name}.py").read_text()
 
 
 def test_only_the_data_stages_list_the_data_folders():
