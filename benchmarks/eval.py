@@ -32,7 +32,7 @@ from rich.table import Table
 
 from benchmarks import console
 from sonfolio import cpu, tracks, variants
-from sonfolio.config import Params, load_params
+from sonfolio.config.params import Params, load_params
 from sonfolio.io import read_jsonl, write_json
 from sonfolio.score.compile_check import check_grammar, compile_texts
 from sonfolio.score.lilypond import find_lilypond

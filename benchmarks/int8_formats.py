@@ -36,7 +36,7 @@ from rich.table import Table
 
 from benchmarks import console
 from sonfolio import cpu, tracks, variants
-from sonfolio.config import Params, load_params
+from sonfolio.config.params import Params, load_params
 from sonfolio.export.int4 import quantize_int4
 from sonfolio.export.int8 import quantize_int8
 from sonfolio.export.layout import ONNX_FILES, copy_companions, load_onnx

@@ -26,7 +26,7 @@ from rich.table import Table
 
 from benchmarks import console
 from sonfolio import cpu
-from sonfolio.config import Params, load_params
+from sonfolio.config.params import Params, load_params
 from sonfolio.io import write_json
 from sonfolio.logs import setup_logging
 

@@ -25,7 +25,8 @@ from pathlib import Path
 from rich.table import Table
 
 from benchmarks import console, timed_data_run
-from sonfolio.config import ScoreData, load_params
+from sonfolio.config.data import ScoreData
+from sonfolio.config.params import load_params
 from sonfolio.io import write_json
 
 RESULTS = Path("benchmarks/results/score_data.json")

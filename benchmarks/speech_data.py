@@ -24,7 +24,8 @@ import numpy as np
 from rich.table import Table
 
 from benchmarks import console, timed_data_run
-from sonfolio.config import SpeechData, load_params
+from sonfolio.config.data import SpeechData
+from sonfolio.config.params import load_params
 from sonfolio.io import write_json
 from sonfolio.parallel import worker_count
 from sonfolio.speech.audio import add_noise, from_pcm16, resample, to_pcm16, write_wav

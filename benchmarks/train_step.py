@@ -37,7 +37,8 @@ from rich.table import Table
 
 from benchmarks import console
 from sonfolio import tracks
-from sonfolio.config import EngineOptions, Params, load_params
+from sonfolio.config.params import Params, load_params
+from sonfolio.config.train import EngineOptions
 from sonfolio.io import write_json
 from sonfolio.train.engine import train
 from sonfolio.train.run import RunPaths

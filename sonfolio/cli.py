@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 
-from sonfolio.config import ParamsError, load_params
+from sonfolio.config.base import ParamsError
+from sonfolio.config.params import load_params
 from sonfolio.infer.commands import COMMANDS as INFERENCE_COMMANDS
 from sonfolio.infer.commands import add_commands as add_inference_commands
 from sonfolio.infer.commands import handle as run_inference_command
+
+log = logging.getLogger(__name__)
 
 
 def check_params(path: str) -> int:
@@ -25,7 +29,10 @@ def check_params(path: str) -> int:
 
 
 def add_machine_commands(sub: argparse._SubParsersAction) -> None:
-    """`doctor` and `estimate` (docs/cost.md); their modules import torch only when they run."""
+    """`doctor` and `estimate` (docs/cost.md); their modules import torch only when they run.
+
+    Their handlers (below) read params.yaml here, not in sonfolio.doctor or sonfolio.estimate:
+    the estimate stage imports those, and must not import every section's schema."""
     tracks = {"choices": ("score", "speech", "both"), "default": "both"}
     doctor = sub.add_parser("doctor", help="this machine, and what training would choose")
     doctor.add_argument("--params", default="params.yaml", type=Path)
@@ -49,14 +56,79 @@ def add_machine_commands(sub: argparse._SubParsersAction) -> None:
     )
 
 
+def doctor(params_path: Path, tracks: list[str], as_json: bool, models: list[Path]) -> int:
+    """`sonfolio doctor`: the report on stdout (rich tables, or JSON); logs on stderr."""
+    import json
+
+    from rich.console import Console
+
+    from sonfolio.doctor import MATMUL_SECONDS, diagnose, log_to_stderr, render
+
+    log_to_stderr()
+    try:
+        params = load_params(params_path)
+    except ParamsError as err:
+        print(err, file=sys.stderr)
+        return 2
+    try:
+        report = diagnose(params, tracks, MATMUL_SECONDS, models)
+    except FileNotFoundError as err:
+        print(err, file=sys.stderr)
+        return 2
+    if as_json:
+        print(json.dumps(report, indent=2))
+    else:
+        render(report, Console())
+    return 0
+
+
+def estimate(
+    params_path: Path,
+    tracks: list[str],
+    steps: int | None,
+    target_steps: int | None,
+    as_json: bool,
+    write: bool,
+) -> int:
+    """`sonfolio estimate`: the report on stdout; `write`: also
+    ${paths.metrics}/estimate_<track>.json, as the estimate stage writes them."""
+    import json
+
+    from rich.console import Console
+
+    from sonfolio.doctor import log_to_stderr
+    from sonfolio.estimate import MissingInput, PriceTableError, render
+    from sonfolio.estimate import estimate as measure_and_price
+    from sonfolio.io import write_json
+    from sonfolio.train.device import DeviceCannotDo
+
+    log_to_stderr()
+    for flag, value in (("--steps", steps), ("--target-steps", target_steps)):
+        if value is not None and value < 1:
+            print(f"sonfolio estimate: {flag} = {value}: give a positive number", file=sys.stderr)
+            return 2
+    try:
+        params = load_params(params_path)
+        report = measure_and_price(params, tracks, steps, target_steps)
+    except (ParamsError, MissingInput, DeviceCannotDo, PriceTableError) as err:
+        print(f"sonfolio estimate: {err}", file=sys.stderr)
+        return 2
+    if write:  # what the estimate stage writes, one file per track
+        for name, figures in report["tracks"].items():
+            path = params.paths.metrics / f"estimate_{name}.json"
+            write_json(path, {**report, "tracks": {name: figures}})
+            log.info("wrote %s", path)
+    if as_json:
+        print(json.dumps(report, indent=2))
+    else:
+        render(report, Console())
+    return 0
+
+
 def run_machine_command(args: argparse.Namespace) -> int:
     tracks = ["score", "speech"] if args.track == "both" else [args.track]
     if args.command == "doctor":
-        from sonfolio.doctor import command
-
-        return command(args.params, tracks, args.json, args.model)
-    from sonfolio.estimate import command as estimate
-
+        return doctor(args.params, tracks, args.json, args.model)
     return estimate(args.params, tracks, args.steps, args.target_steps, args.json, args.out)
 
 

@@ -17,13 +17,12 @@ import platform
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from sonfolio import cpu, tracks
-from sonfolio.config import EngineOptions, Params, TrainLoop
 from sonfolio.train import speed
 from sonfolio.train.batch import fixed_micro_batch
 from sonfolio.train.device import (
@@ -35,6 +34,10 @@ from sonfolio.train.device import (
     set_matmul_precision,
 )
 from sonfolio.train.setup import Training
+
+if TYPE_CHECKING:
+    from sonfolio.config.params import Params
+    from sonfolio.config.train import EngineOptions, TrainLoop
 
 log = logging.getLogger(__name__)
 
@@ -333,32 +336,6 @@ def render(report: dict[str, Any], console: Any) -> None:
             cells.append(str(value))
         table.add_row(row, *cells)
     console.print(table)
-
-
-def command(params_path: Path, tracks: list[str], as_json: bool, models: list[Path] = ()) -> int:
-    """`sonfolio doctor`: the report on stdout (rich tables, or JSON); logs on stderr."""
-    import sys
-
-    from rich.console import Console
-
-    from sonfolio.config import ParamsError, load_params
-
-    log_to_stderr()
-    try:
-        params = load_params(params_path)
-    except ParamsError as err:
-        print(err, file=sys.stderr)
-        return 2
-    try:
-        report = diagnose(params, tracks, MATMUL_SECONDS, models)
-    except FileNotFoundError as err:
-        print(err, file=sys.stderr)
-        return 2
-    if as_json:
-        print(json.dumps(report, indent=2))
-    else:
-        render(report, Console())
-    return 0
 
 
 def log_to_stderr() -> None:

@@ -24,7 +24,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from datetime import date
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import torch
 import yaml
@@ -32,10 +32,15 @@ from pydantic import Field, ValidationError, field_validator
 from torch.utils.data import Dataset
 
 from sonfolio import tracks
-from sonfolio.config import EngineOptions, Params, Strict, TrainLoop
+from sonfolio.config.base import Strict
 from sonfolio.train.device import Backend, choose_precision, detect_backend
 from sonfolio.train.observe import peak_flops
 from sonfolio.train.run import Run, RunPaths, Track
+
+if TYPE_CHECKING:
+    from sonfolio.config.estimate import EstimateParams
+    from sonfolio.config.params import Params
+    from sonfolio.config.train import EngineOptions, TrainLoop
 
 log = logging.getLogger(__name__)
 
@@ -272,7 +277,9 @@ def _require(path: Path, what: str, stage: str) -> None:
         )
 
 
-def build_track(name: str, params: Params) -> tuple[Track, TrainLoop, EngineOptions]:
+def build_track(
+    name: str, params: EstimateParams | Params
+) -> tuple[Track, TrainLoop, EngineOptions]:
     """The track's model and datasets, exactly as its training stage builds them (its
     definition's `training`).
 
@@ -293,7 +300,7 @@ def build_track(name: str, params: Params) -> tuple[Track, TrainLoop, EngineOpti
 
 
 def estimate(
-    params: Params,
+    params: EstimateParams | Params,
     tracks: list[str],
     steps: int | None = None,
     target_steps: int | None = None,
@@ -387,46 +394,3 @@ def render(report: dict[str, Any], console: Any) -> None:
         f"{a['step_overhead_ms']:g} ms/step fixed overhead. Prices: one GPU, on demand; their "
         "dates and sources are in --json and the price file (docs/cost.md)."
     )
-
-
-def command(
-    params_path: Path,
-    tracks: list[str],
-    steps: int | None,
-    target_steps: int | None,
-    as_json: bool,
-    write: bool,
-) -> int:
-    """`sonfolio estimate`: the report on stdout; `write`: also
-    ${paths.metrics}/estimate_<track>.json, as the estimate stage writes them."""
-    import json
-    import sys
-
-    from rich.console import Console
-
-    from sonfolio.config import ParamsError, load_params
-    from sonfolio.doctor import log_to_stderr
-    from sonfolio.io import write_json
-    from sonfolio.train.device import DeviceCannotDo
-
-    log_to_stderr()
-    for flag, value in (("--steps", steps), ("--target-steps", target_steps)):
-        if value is not None and value < 1:
-            print(f"sonfolio estimate: {flag} = {value}: give a positive number", file=sys.stderr)
-            return 2
-    try:
-        params = load_params(params_path)
-        report = estimate(params, tracks, steps, target_steps)
-    except (ParamsError, MissingInput, DeviceCannotDo, PriceTableError) as err:
-        print(f"sonfolio estimate: {err}", file=sys.stderr)
-        return 2
-    if write:  # what the estimate stage writes, one file per track
-        for name, figures in report["tracks"].items():
-            path = params.paths.metrics / f"estimate_{name}.json"
-            write_json(path, {**report, "tracks": {name: figures}})
-            log.info("wrote %s", path)
-    if as_json:
-        print(json.dumps(report, indent=2))
-    else:
-        render(report, Console())
-    return 0

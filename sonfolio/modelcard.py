@@ -7,12 +7,14 @@ short body with how to load the folder and the numbers as a table.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from huggingface_hub import ModelCard, ModelCardData
 
 from sonfolio import cpu
-from sonfolio.config import Export, TrackExport
+
+if TYPE_CHECKING:
+    from sonfolio.config.export import Export, TrackExport
 
 TEMPLATE = """---
 {{ card_data }}

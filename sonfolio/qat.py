@@ -25,18 +25,21 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import nn
 from transformers import PreTrainedModel
 
-from sonfolio.config import EngineOptions, QatTrain
 from sonfolio.io import staged_dir, write_json
 from sonfolio.train import checkpoint, ctc
 from sonfolio.train.device import choose_precision, detect_backend
 from sonfolio.train.engine import train
 from sonfolio.train.run import RunPaths, Track
+
+if TYPE_CHECKING:
+    from sonfolio.config.qat import QatTrain
+    from sonfolio.config.train import EngineOptions
 
 log = logging.getLogger(__name__)
 

@@ -18,17 +18,19 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from fastapi import FastAPI, File, HTTPException, Request, UploadFile
 from fastapi.responses import JSONResponse, PlainTextResponse
 
-from sonfolio.config import Infer
 from sonfolio.infer.formats import read_lilypond, read_result, read_text, transcript_result
 from sonfolio.infer.inputs import BadInput, open_audio, open_image
 from sonfolio.infer.run import TRACK_FLAG, check_fit, load_model, read_image, transcribe
 from sonfolio.speech.audio import SAMPLE_RATE
 from sonfolio.variants import Variant
+
+if TYPE_CHECKING:
+    from sonfolio.config.infer import Infer
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ import logging
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from transformers import AutoTokenizer
 
@@ -32,10 +32,15 @@ from sonfolio.bench.case import Case
 from sonfolio.bench.peer import peer_case
 from sonfolio.bench.torch_runtime import bf16_support
 from sonfolio.bench.track import Track, bench_track, finish
-from sonfolio.config import Bench, Export, Params, load_params
+from sonfolio.config.bench import Bench, BenchParams
+from sonfolio.config.export import Export
+from sonfolio.config.sections import load_sections
 from sonfolio.export.layout import file_sizes, variant_names
 from sonfolio.io import read_jsonl
 from sonfolio.logs import setup_logging
+
+if TYPE_CHECKING:
+    from sonfolio.config.params import Params  # what benchmarks/quant.py passes
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +142,7 @@ def run(
     return finish(metrics, failures, cfg, metrics_path, stage)
 
 
-def run_with_params(params: Params, name: str) -> dict[str, Any]:
+def run_with_params(params: BenchParams | Params, name: str) -> dict[str, Any]:
     """`run` for track `name` with its inputs as params.yaml gives them: the stage's wiring,
     which benchmarks/quant.py runs too."""
     paths = params.paths.track(name)
@@ -156,7 +161,7 @@ def run_with_params(params: Params, name: str) -> dict[str, Any]:
 
 def main() -> None:
     setup_logging()
-    run_with_params(load_params(), tracks.from_argv(sys.argv[1:], "bench"))
+    run_with_params(load_sections(BenchParams), tracks.from_argv(sys.argv[1:], "bench"))
 
 
 if __name__ == "__main__":

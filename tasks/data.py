@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from sonfolio import tracks
-from sonfolio.config import load_params
+from sonfolio.config.data import DataParams
+from sonfolio.config.sections import load_sections
 from sonfolio.io import file_sha256, staged_dir, write_json, write_jsonl
 from sonfolio.logs import setup_logging
 
@@ -71,7 +72,7 @@ def run(
 def main() -> None:
     setup_logging()
     track = tracks.from_argv(sys.argv[1:], "data")
-    params = load_params()
+    params = load_sections(DataParams)
     run(
         params.section(track, "data"),
         tracks.get(track),

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from sonfolio import tracks
-from sonfolio.config import Params, load_params
+from sonfolio.config.estimate import EstimateParams
+from sonfolio.config.sections import load_sections
 from sonfolio.estimate import estimate
 from sonfolio.io import write_json
 from sonfolio.logs import setup_logging
@@ -31,7 +32,7 @@ log = logging.getLogger(__name__)
 STAGE = "estimate"
 
 
-def run(params: Params, track: str, metrics_path: Path) -> dict[str, Any]:
+def run(params: EstimateParams, track: str, metrics_path: Path) -> dict[str, Any]:
     """Measure and price `track`; write the figures to `metrics_path` and return them.
 
     Raises:
@@ -48,7 +49,7 @@ def run(params: Params, track: str, metrics_path: Path) -> dict[str, Any]:
 def main() -> None:
     setup_logging()
     track = tracks.from_argv(sys.argv[1:], STAGE)
-    params = load_params()
+    params = load_sections(EstimateParams)
     run(params, track, params.paths.metrics / f"{STAGE}_{track}.json")
 
 

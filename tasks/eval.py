@@ -29,7 +29,8 @@ from typing import Any, Protocol
 from rich.progress import Progress
 
 from sonfolio import tracks, variants
-from sonfolio.config import ScoreEval, SpeechEval, load_params
+from sonfolio.config.eval import EvalParams, ScoreEval, SpeechEval
+from sonfolio.config.sections import load_sections
 from sonfolio.evaluation import Decoded
 from sonfolio.io import read_jsonl, staged_dir, write_json
 from sonfolio.logs import setup_logging
@@ -141,7 +142,7 @@ def run(
 def main() -> None:
     setup_logging()
     track = tracks.from_argv(sys.argv[1:], STEP)
-    params = load_params()
+    params = load_sections(EvalParams)
     paths = params.paths.track(track)
     definition = tracks.get(track)
     run(

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from sonfolio import tracks
-from sonfolio.config import Export, TrackExport, load_params
+from sonfolio.config.export import Export, ExportParams, TrackExport
+from sonfolio.config.sections import load_sections
 from sonfolio.export.track import export_track, sources
 from sonfolio.io import write_json
 from sonfolio.logs import setup_logging
@@ -62,7 +63,7 @@ def run(
 def main() -> None:
     setup_logging()
     name = tracks.from_argv(sys.argv[1:], "export")
-    params = load_params()
+    params = load_sections(ExportParams)
     paths = params.paths.track(name)
     run(
         tracks.get(name),

@@ -23,7 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from sonfolio import qat, tracks
-from sonfolio.config import EngineOptions, QatTrain, load_params
+from sonfolio.config.qat import QatParams, QatTrain
+from sonfolio.config.sections import load_sections
+from sonfolio.config.train import EngineOptions
 from sonfolio.logs import setup_logging
 from sonfolio.train.setup import Training
 
@@ -69,7 +71,7 @@ def run(
 def main() -> None:
     setup_logging()
     track = tracks.from_argv(sys.argv[1:], "qat")
-    params = load_params()
+    params = load_sections(QatParams)
     definition = tracks.get(track)
     cfg, own = params.section(track, "qat"), params.paths.track(track)
     run(

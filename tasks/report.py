@@ -20,7 +20,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from sonfolio.config import Report, load_params
+from sonfolio.config.report import Report, ReportParams
+from sonfolio.config.sections import load_sections
 from sonfolio.logs import setup_logging
 from sonfolio.report.page import write_report
 from sonfolio.report.sources import Sources
@@ -56,7 +57,7 @@ def run(cfg: Report, sources: Sources, out: Path) -> dict[str, Any]:
 
 def main() -> None:
     setup_logging()
-    params = load_params()
+    params = load_sections(ReportParams)
     paths = params.paths
     sources = Sources(
         metrics=paths.metrics,

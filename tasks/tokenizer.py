@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from sonfolio import tracks
-from sonfolio.config import load_params
+from sonfolio.config.sections import load_sections
+from sonfolio.config.tokenizer import TokenizerParams
 from sonfolio.io import read_jsonl, staged_dir, write_json
 from sonfolio.logs import setup_logging
 from sonfolio.tokenizer import BuiltTokenizer, length_stats, round_trip_failures
@@ -98,7 +99,7 @@ def run(
 def main() -> None:
     setup_logging()
     track = tracks.from_argv(sys.argv[1:], "tokenizer")
-    params = load_params()
+    params = load_sections(TokenizerParams)
     paths = params.paths.track(track)
     run(
         params.section(track, "tokenizer"),

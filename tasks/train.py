@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from sonfolio import tracks
-from sonfolio.config import EngineOptions, load_params
+from sonfolio.config.sections import load_sections
+from sonfolio.config.train import EngineOptions, TrainParams
 from sonfolio.io import staged_dir, write_json
 from sonfolio.logs import setup_logging
 from sonfolio.train import checkpoint, ctc
@@ -89,7 +90,7 @@ def run(
 def main() -> None:
     setup_logging()
     track = tracks.from_argv(sys.argv[1:], "train")
-    params = load_params()
+    params = load_sections(TrainParams)
     training = tracks.get(track).training(params)
     paths, own = params.paths, params.paths.track(track)
     run(

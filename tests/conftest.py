@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from project_repo import TARGET, copy_project, dvc, git, ran
 
-from sonfolio.config import Params, load_params
+from sonfolio.config.params import Params, load_params
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import torch
 
-from sonfolio.config import Params, ScoreModel, SpeechModel
+from sonfolio.config.params import Params
+from sonfolio.config.train import ScoreModel, SpeechModel
 from sonfolio.score.batches import image_processor
 from sonfolio.score.model import build as build_score
 from sonfolio.speech.model import build as build_speech

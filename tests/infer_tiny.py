@@ -17,7 +17,8 @@ import torch
 import yaml
 from PIL import Image
 
-from sonfolio.config import Params, ScoreModel, SpeechModel
+from sonfolio.config.params import Params
+from sonfolio.config.train import ScoreModel, SpeechModel
 from sonfolio.score.batches import image_processor
 from sonfolio.score.lilypond import compile_systems, find_lilypond
 from sonfolio.speech.audio import write_wav

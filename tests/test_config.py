@@ -9,7 +9,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sonfolio.config import ParamsError, load_params, parse_params
+from sonfolio.config.base import ParamsError
+from sonfolio.config.eval import EvalParams
+from sonfolio.config.params import Params, load_params, parse_params
+from sonfolio.config.report import ReportParams
+from sonfolio.config.sections import SECTIONS, load_sections, parse_sections
+from sonfolio.config.train import TrainParams
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -119,3 +124,55 @@ def test_a_step_runs_for_a_known_track_only():
         tracks.get("../etc")  # never imported: a name is checked before the import
     with pytest.raises(tracks.UnknownTrack, match=r"usage: python -m tasks\.train <track>"):
         tracks.from_argv([], "train")
+
+
+def test_sections_name_every_params_section():
+    """A stage knows the section names without importing every schema (SECTIONS)."""
+    assert tuple(Params.model_fields) == SECTIONS
+    assert set(raw_params()) == set(SECTIONS)
+
+
+def test_a_stage_validates_the_sections_it_reads_and_refuses_unknown_ones():
+    """A stage's view (parse_sections) reads only its own sections (its output cannot depend
+    on the others); its own sections fail as the whole file does, and a misspelt section name
+    stops it."""
+    raw = raw_params()
+    raw["serve"]["port"] = 0
+    assert parse_sections(EvalParams, raw).score_eval.seed == raw["score_eval"]["seed"]
+    with pytest.raises(ParamsError, match=r"serve\.port = 0"):
+        parse_params(raw)
+    raw = raw_params()
+    raw["score_eval"]["batch_size"] = 0
+    with pytest.raises(ParamsError) as whole:
+        parse_params(raw)
+    with pytest.raises(ParamsError) as view:
+        parse_sections(EvalParams, raw)
+    assert str(view.value) == str(whole.value)
+    raw = raw_params()
+    raw["scor_eval"] = {"seed": 1}
+    with pytest.raises(ParamsError, match=r"scor_eval: unknown key"):
+        parse_sections(EvalParams, raw)
+
+
+def test_every_stage_fails_at_once_on_a_bad_value_in_any_section(tmp_path):
+    """The first stage of a `dvc repro` (data) stops on a bad eval setting in seconds, before
+    any training: load_sections validates the whole file after the stage's own sections."""
+    raw = raw_params()
+    raw["score_eval"]["batch_size"] = 0
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
+    with pytest.raises(ParamsError, match=r"score_eval\.batch_size = 0"):
+        load_sections(ReportParams, tmp_path / "params.yaml")
+
+
+def test_a_stage_refuses_a_track_without_its_params_sections():
+    raw = raw_params()
+    raw["paths"]["tracks"]["piano"] = dict(raw["paths"]["tracks"]["score"])
+    with pytest.raises(ParamsError, match=r"paths\.tracks\.piano has no params sections"):
+        parse_sections(ReportParams, raw)
+
+
+def test_a_training_stage_checks_its_preset():
+    raw = raw_params()
+    raw["score_train"]["preset"] = "warp"
+    with pytest.raises(ParamsError, match=r"score_train\.preset = 'warp' is not a train_presets"):
+        parse_sections(TrainParams, raw)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import importlib
 import re
 from pathlib import Path
 
@@ -47,9 +48,43 @@ def module_file(name: str) -> Path | None:
     return None
 
 
+def is_type_checking(test: ast.expr) -> bool:
+    """`if TYPE_CHECKING:` or `if typing.TYPE_CHECKING:`."""
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+# Functions whose imports are no dep of a stage: they validate params.yaml as a whole, which can
+# make a stage stop but never change what it writes (sonfolio/config/sections.py says why).
+VALIDATION_ONLY = {"_validate_every_section"}
+
+
+def runtime_nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node of `tree` but those inside `if TYPE_CHECKING:` (its `else:` runs).
+
+    An import there never runs: it only names a type for annotations, which
+    `from __future__ import annotations` leaves unevaluated. It cannot change an output, so it
+    is no dep; counting it would make every stage whose code annotates with, say, the eval
+    section's schema rerun when that schema changes.
+    """
+    nodes, todo = [], [tree]
+    while todo:
+        node = todo.pop()
+        nodes.append(node)
+        if isinstance(node, ast.If) and is_type_checking(node.test):
+            todo.extend(node.orelse)
+        elif isinstance(node, ast.FunctionDef) and node.name in VALIDATION_ONLY:
+            continue  # test_validation_only_functions_only_validate
+        else:
+            todo.extend(ast.iter_child_nodes(node))
+    return nodes
+
+
 def imported_modules(path: Path) -> set[str]:
+    """The project modules `path` imports when it runs, at the top or inside a function."""
     names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in runtime_nodes(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             names |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -58,19 +93,31 @@ def imported_modules(path: Path) -> set[str]:
     return {n for n in names if n.split(".")[0] in PROJECT_PACKAGES}
 
 
+def carries_code(path: Path) -> bool:
+    """More than a docstring (and `from __future__` imports): a package's __init__.py that only
+    says what the package is cannot change an output."""
+    body = ast.parse(path.read_text()).body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]
+    return any(not (isinstance(n, ast.ImportFrom) and n.module == "__future__") for n in body)
+
+
 def project_imports(entry: str) -> set[Path]:
     """Files of every project module reachable by imports from `entry` (a dotted name)."""
     seen: set[Path] = set()
     todo = [entry]
     while todo:
-        path = module_file(todo.pop())
+        name = todo.pop()
+        # importing sonfolio.config.eval runs sonfolio/config/__init__.py first
+        todo.extend(name.rsplit(".", n)[0] for n in range(1, name.count(".") + 1))
+        path = module_file(name)
         if path is None or path in seen:
             continue
         seen.add(path)
         todo.extend(imported_modules(path))
-    # empty __init__.py files carry no code; sonfolio/__init__.py only filters log lines (so an
-    # edit to it cannot make an output stale: test_package_init_only_filters_logs)
-    return {p for p in seen if p.stat().st_size > 0 and p != PACKAGE_INIT}
+    # sonfolio/__init__.py only filters log lines (so an edit to it cannot make an output
+    # stale: test_package_init_only_filters_logs)
+    return {p for p in seen if carries_code(p) and p != PACKAGE_INIT}
 
 
 @pytest.mark.parametrize("stage", sorted(dvc_stages()))
@@ -99,6 +146,18 @@ def test_stage_has_its_params_section(stage):
     section = f"{track}_{name}" if f"{track}_{name}" in params else name  # score_train
     assert section in params, f"params.yaml has no section for stage {stage}"
     assert section in dvc_stages()[stage]["params"]
+
+
+@pytest.mark.parametrize("stage", sorted(dvc_stages()))
+def test_stage_validates_the_params_it_lists(stage):
+    """Before any work a stage validates every section it reads (dvc.yaml's `params`), and
+    only those: its view of params.yaml, sonfolio.config.<step>.<Step>Params, declares them,
+    and tasks/<step>.py loads that view."""
+    name = stage.partition("@")[0]
+    view = getattr(importlib.import_module(f"sonfolio.config.{name}"), f"{name.title()}Params")
+    listed = {key.split(".")[0] for key in dvc_stages()[stage]["params"]}
+    assert listed - set(view.model_fields) == set(), f"{view.__name__} lacks sections"
+    assert f"load_sections({view.__name__})" in (ROOT / "tasks" / f"{name}.py").read_text()
 
 
 def test_only_the_data_stages_list_the_data_folders():
@@ -136,3 +195,17 @@ def test_package_init_only_filters_logs():
             assert node.name.startswith("_"), node.name
         if isinstance(node, ast.Assign):
             assert all(t.id.startswith("_") for t in node.targets if isinstance(t, ast.Name))
+
+
+def test_validation_only_functions_only_validate():
+    """The functions whose imports the dep check skips import the params schemas and return
+    nothing: they can stop a stage, never shape its output."""
+    tree = ast.parse((ROOT / "sonfolio" / "config" / "sections.py").read_text())
+    found = [
+        n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name in VALIDATION_ONLY
+    ]
+    assert {f.name for f in found} == VALIDATION_ONLY
+    for func in found:
+        imports = [n for n in ast.walk(func) if isinstance(n, ast.ImportFrom)]
+        assert all(n.module.startswith("sonfolio.config.") for n in imports)
+        assert not [n for n in ast.walk(func) if isinstance(n, ast.Return) and n.value]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sonfolio.config import AudioChunks
+from sonfolio.config.infer import AudioChunks
 from sonfolio.infer.audio import join_texts, plan_chunks
 
 SR = 16_000

@@ -18,7 +18,7 @@ import pytest
 import uvicorn
 from infer_tiny import ROOT, SPEECH_WINDOW_S, TINY_INFER, pages_and_models, params_file, speech_wav
 
-from sonfolio.config import parse_params
+from sonfolio.config.params import parse_params
 from sonfolio.serve import create_app
 
 MAX_MB = 0.25  # the tests' upload limit: a page PNG fits, 1 MB does not

@@ -11,7 +11,7 @@ import torch
 from eval_tiny import SHAPE, WINDOW_S, export, save_score, save_speech
 
 from sonfolio import variants
-from sonfolio.config import Params
+from sonfolio.config.params import Params
 
 
 @pytest.fixture(scope="module")

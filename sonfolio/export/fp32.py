@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from sonfolio.config import Export
 from sonfolio.ctc_format import CTC_OUTPUT, DECODING, HEAD_FILE, folder_decoding
 from sonfolio.export.layout import ENCODER, ONNX_FILES, UNMERGED, OnnxFileError, load_onnx
+
+if TYPE_CHECKING:
+    from sonfolio.config.export import Export
 
 
 def export_fp32(model_dir: Path, out: Path, task: str, cfg: Export) -> None:

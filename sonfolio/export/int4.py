@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from sonfolio.config import Export
 from sonfolio.export.layout import ONNX_FILES, copy_companions, load_onnx
 from sonfolio.export.prepare import prepare_for_quantization
+
+if TYPE_CHECKING:
+    from sonfolio.config.export import Export
 
 
 def quantize_int4(src: Path, dst: Path, cfg: Export) -> None:

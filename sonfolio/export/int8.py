@@ -10,15 +10,18 @@ position tables int8, and drops value_info and long tensor names.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from sonfolio.config import Export
 from sonfolio.export.layout import ONNX_FILES, OnnxFileError, copy_companions, load_onnx
 from sonfolio.export.prepare import attribute, prepare_for_quantization
 from sonfolio.onnx_graphs import graphs
+
+if TYPE_CHECKING:
+    from sonfolio.config.export import Export
 
 
 def quantize_int8(src: Path, dst: Path, cfg: Export) -> None:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import onnx
 
-    from sonfolio.config import Export
+    from sonfolio.config.export import Export
 
 ENCODER = "encoder_model.onnx"
 DECODER = "decoder_model_merged.onnx"  # the first step and the steps with past, one file

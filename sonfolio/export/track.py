@@ -6,16 +6,18 @@ import logging
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sonfolio import cpu
-from sonfolio.config import Export, TrackExport
 from sonfolio.ctc_format import folder_decoding
 from sonfolio.export.check import weight_check
 from sonfolio.export.fp32 import export_fp32
 from sonfolio.export.int4 import quantize_int4
 from sonfolio.export.int8 import quantize_int8
 from sonfolio.export.layout import OnnxFileError, file_sizes, variant_names
+
+if TYPE_CHECKING:
+    from sonfolio.config.export import Export, TrackExport
 
 log = logging.getLogger(__name__)
 

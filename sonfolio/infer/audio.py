@@ -13,11 +13,12 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sonfolio.config import AudioChunks
+if TYPE_CHECKING:
+    from sonfolio.config.infer import AudioChunks
 
 FRAME_S = 0.025  # loudness frames: 25 ms, every 10 ms (the usual speech analysis frame)
 HOP_S = 0.010

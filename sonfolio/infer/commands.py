@@ -89,7 +89,8 @@ def _log_to_stderr() -> None:
 
 
 def _params(path: Path) -> Any:
-    from sonfolio.config import ParamsError, load_params
+    from sonfolio.config.base import ParamsError
+    from sonfolio.config.params import load_params
 
     try:
         return load_params(path)

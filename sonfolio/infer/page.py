@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from PIL import Image
 
-from sonfolio.config import PageSplit
+if TYPE_CHECKING:
+    from sonfolio.config.infer import PageSplit
 
 log = logging.getLogger(__name__)
 

@@ -14,20 +14,23 @@ import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from PIL import Image
 
 from sonfolio import tracks
-from sonfolio.config import Infer, Paths
 from sonfolio.infer.audio import join_texts, plan_chunks, processor_window_s
 from sonfolio.infer.page import Box, deskew, find_staves, split_page
 from sonfolio.score.batches import load_image, to_pixel_values
 from sonfolio.score.canonical import CanonicalError, validate
 from sonfolio.speech.audio import SAMPLE_RATE
 from sonfolio.variants import Variant, VariantError, load
+
+if TYPE_CHECKING:
+    from sonfolio.config.infer import Infer
+    from sonfolio.config.paths import Paths
 
 log = logging.getLogger(__name__)
 

@@ -10,10 +10,9 @@ import json
 import logging
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sonfolio import tracks
-from sonfolio.config import Report
 from sonfolio.report.conditions import conditions_section
 from sonfolio.report.cost import cost_section
 from sonfolio.report.items import Media, Missing, Section, Table
@@ -22,6 +21,9 @@ from sonfolio.report.quality import eval_section
 from sonfolio.report.sources import Sources
 from sonfolio.report.speed import bench_section
 from sonfolio.report.training import training_section
+
+if TYPE_CHECKING:
+    from sonfolio.config.report import Report
 
 log = logging.getLogger(__name__)
 

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sonfolio.config import Report
 from sonfolio.report.items import Figure, Section, Table, fmt
 from sonfolio.report.plots import bar_chart
 from sonfolio.report.samples import VIEWS, SampleSplit
 from sonfolio.report.sources import ReportTrack, Sources, missing, read_json
+
+if TYPE_CHECKING:
+    from sonfolio.config.report import Report
 
 log = logging.getLogger(__name__)
 

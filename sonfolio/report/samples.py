@@ -11,11 +11,13 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sonfolio.config import Report
 from sonfolio.report.items import Figure, Gallery, Item, Media, Table, fmt
 from sonfolio.report.sources import Sources, missing
+
+if TYPE_CHECKING:
+    from sonfolio.config.report import Report
 
 
 @dataclass(frozen=True)

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sonfolio.config import Report
 from sonfolio.report.items import Figure, Section, Table, fmt
 from sonfolio.report.plots import bar_chart
 from sonfolio.report.sources import ReportTrack, Sources, missing, read_json
+
+if TYPE_CHECKING:
+    from sonfolio.config.report import Report
 
 LATENCY_COLUMNS = (
     "variant",

@@ -7,10 +7,13 @@ pixel for pixel.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 from PIL import Image, ImageFilter
 
-from sonfolio.config import Augment
+if TYPE_CHECKING:
+    from sonfolio.config.data import Augment
 
 
 def rotate(img: Image.Image, cfg: Augment, rng: np.random.Generator) -> Image.Image:

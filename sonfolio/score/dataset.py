@@ -19,9 +19,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sonfolio.config import ScoreData, ScoreSplit
 from sonfolio.parallel import pool_map, worker_count
 from sonfolio.score.canonical import System, symbols
 from sonfolio.score.convert import systems_from_score
@@ -30,6 +29,9 @@ from sonfolio.score.parse import SourceError, abc_tune_score, abc_tunes, pieces_
 from sonfolio.score.render import RenderJob, RenderSettings, render_batch
 from sonfolio.score.sources import Unit, list_units
 from sonfolio.score.synth import synth_systems
+
+if TYPE_CHECKING:
+    from sonfolio.config.data import ScoreData, ScoreSplit
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from sonfolio.config import ScoreData, ScoreTokenizer
+    from sonfolio.config.data import ScoreData
+    from sonfolio.config.tokenizer import ScoreTokenizer
     from sonfolio.tokenizer import BuiltTokenizer
 
 

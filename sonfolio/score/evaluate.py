@@ -10,18 +10,20 @@ from __future__ import annotations
 import random
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from rich.progress import Progress
 
-from sonfolio.config import ScoreEval
 from sonfolio.evaluation import Decoded
 from sonfolio.io import write_jsonl
 from sonfolio.score import compile_check, metrics
 from sonfolio.score.batches import load_image, to_pixel_values
 from sonfolio.score.panels import side_by_side
+
+if TYPE_CHECKING:
+    from sonfolio.config.eval import ScoreEval
 
 
 def inputs(variant: Any, rows: list[dict], data: Path) -> torch.Tensor:

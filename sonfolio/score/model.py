@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from transformers import (
     GPT2Config,
@@ -20,9 +21,11 @@ from transformers import (
     ViTConfig,
 )
 
-from sonfolio.config import ScoreModel
 from sonfolio.train import ctc, models
 from sonfolio.train.device import Backend
+
+if TYPE_CHECKING:
+    from sonfolio.config.train import ScoreModel
 
 log = logging.getLogger(__name__)
 

@@ -12,13 +12,16 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from PIL import Image
 
-from sonfolio.config import Augment
 from sonfolio.score.augment import degrade, rotate
 from sonfolio.score.lilypond import compile_systems
+
+if TYPE_CHECKING:
+    from sonfolio.config.data import Augment
 
 log = logging.getLogger(__name__)
 

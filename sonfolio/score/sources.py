@@ -20,13 +20,19 @@ import urllib.request
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from sonfolio.config import SCORE_EXTENSIONS, ScoreSource
 from sonfolio.score.parse import abc_tunes
+
+if TYPE_CHECKING:
+    from sonfolio.config.data import ScoreSource
 
 log = logging.getLogger(__name__)
 
 _DOWNLOAD_TRIES = 4
+
+# What a folder or archive source is searched for: MusicXML, kern and ABC files.
+SCORE_EXTENSIONS = (".xml", ".musicxml", ".mxl", ".krn", ".abc")
 
 
 class SourceConfigError(ValueError):

@@ -9,18 +9,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from accelerate.utils import set_seed
 from transformers import AutoTokenizer, VisionEncoderDecoderModel
 
-from sonfolio.config import ScoreTrain
 from sonfolio.evaluation import examples, most_common, token_error_rate
 from sonfolio.score.batches import ScoreSystems, collate, image_processor
 from sonfolio.score.model import attention_kernels, build, check_size
 from sonfolio.train import ctc
 from sonfolio.train.device import Backend
 from sonfolio.train.setup import Reading, Setup, prepare, read_splits
+
+if TYPE_CHECKING:
+    from sonfolio.config.train import ScoreTrain
 
 EVAL_SPLITS = ("heldout", "test")  # decoded after training: whole unseen collections, and test
 

@@ -16,10 +16,12 @@ import statistics
 from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sonfolio.config import SpeechData
 from sonfolio.speech.clips import SPLITS, Skip, Utterance
+
+if TYPE_CHECKING:
+    from sonfolio.config.data import SpeechData
 
 log = logging.getLogger(__name__)
 

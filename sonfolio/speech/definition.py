@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from sonfolio.config import SpeechData, SpeechTokenizer
+    from sonfolio.config.data import SpeechData
+    from sonfolio.config.tokenizer import SpeechTokenizer
     from sonfolio.tokenizer import BuiltTokenizer
 
 

@@ -11,17 +11,19 @@ from __future__ import annotations
 
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jiwer
 import torch
 
-from sonfolio.config import SpeechEval
 from sonfolio.evaluation import Decoded
 from sonfolio.io import write_json, write_jsonl
 from sonfolio.speech import metrics
 from sonfolio.speech.audio import SAMPLE_RATE, decode
 from sonfolio.speech.normalize import normalize
+
+if TYPE_CHECKING:
+    from sonfolio.config.eval import SpeechEval
 
 
 def inputs(variant: Any, rows: list[dict], data: Path) -> torch.Tensor:

@@ -15,16 +15,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from datasets import Audio, IterableDataset, load_dataset
 
-from sonfolio.config import SpeechData, SpeechHub
 from sonfolio.parallel import progress
 from sonfolio.speech.audio import SAMPLE_RATE, AudioError, decode, to_pcm16, write_wav
 from sonfolio.speech.clips import SPLITS, Skip, Utterance, audio_path
 from sonfolio.speech.normalize import normalize, unify
+
+if TYPE_CHECKING:
+    from sonfolio.config.data import SpeechData, SpeechHub
 
 log = logging.getLogger(__name__)
 

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from transformers import PreTrainedTokenizerBase, WhisperConfig, WhisperForConditionalGeneration
 
-from sonfolio.config import SpeechModel
 from sonfolio.train import models
 from sonfolio.train.device import Backend
+
+if TYPE_CHECKING:
+    from sonfolio.config.train import SpeechModel
 
 log = logging.getLogger(__name__)
 

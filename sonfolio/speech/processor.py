@@ -12,13 +12,15 @@ for a base model's, whose tokenizer is a Whisper one):
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from transformers import AutoProcessor, WhisperFeatureExtractor
 
-from sonfolio.config import SpeechTokenizer
 from sonfolio.speech.audio import SAMPLE_RATE
 from sonfolio.tokenizer import BuiltTokenizer, train_bpe
+
+if TYPE_CHECKING:
+    from sonfolio.config.tokenizer import SpeechTokenizer
 
 log = logging.getLogger(__name__)
 

@@ -15,16 +15,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sonfolio.config import SpeechData, SpeechSynthetic
 from sonfolio.parallel import batched, pool_map, worker_count
 from sonfolio.speech.audio import SAMPLE_RATE, add_noise, from_pcm16, resample, to_pcm16, write_wav
 from sonfolio.speech.clips import Skip, Utterance, audio_path
 from sonfolio.speech.espeak import Synthesizer, variants, voice_name
 from sonfolio.speech.normalize import normalize, spell_numbers
 from sonfolio.speech.sentences import french_sentences
+
+if TYPE_CHECKING:
+    from sonfolio.config.data import SpeechData, SpeechSynthetic
 
 log = logging.getLogger(__name__)
 

@@ -10,18 +10,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from accelerate.utils import set_seed
 from transformers import AutoFeatureExtractor, AutoTokenizer, WhisperForConditionalGeneration
 
-from sonfolio.config import SpeechTrain
 from sonfolio.evaluation import char_error_rate, examples, most_common, word_error_rate
 from sonfolio.speech.batches import SpeechClips, collate
 from sonfolio.speech.model import attention_kernels, build, check_size
 from sonfolio.speech.normalize import normalize
 from sonfolio.train.device import Backend
 from sonfolio.train.setup import Reading, Setup, prepare, read_splits
+
+if TYPE_CHECKING:
+    from sonfolio.config.train import SpeechTrain
 
 EVAL_SPLITS = ("test",)  # decoded after training: unseen sentences and voices
 

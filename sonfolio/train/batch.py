@@ -13,16 +13,18 @@ import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from accelerate import Accelerator
 from accelerate.utils import find_executable_batch_size
 
-from sonfolio.config import EngineOptions
 from sonfolio.io import write_json
 from sonfolio.train.device import Backend
 from sonfolio.train.samples import model_inputs
+
+if TYPE_CHECKING:
+    from sonfolio.config.train import EngineOptions
 
 log = logging.getLogger(__name__)
 

@@ -20,16 +20,18 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from accelerate import Accelerator
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 from transformers import PreTrainedModel
 
-from sonfolio.config import EngineOptions, TrainLoop
 from sonfolio.train.observe import Curves, gpu_stats, peak_flops
 from sonfolio.train.run import Run, RunPaths, Track
 from sonfolio.train.validation import best_model, validate
+
+if TYPE_CHECKING:
+    from sonfolio.config.train import EngineOptions, TrainLoop
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from accelerate import Accelerator
@@ -25,7 +25,6 @@ from accelerate.utils import DataLoaderConfiguration, set_seed
 from torch.utils.data import DataLoader, Dataset
 from transformers import PreTrainedModel, get_cosine_schedule_with_warmup
 
-from sonfolio.config import EngineOptions, TrainLoop
 from sonfolio.train import checkpoint, ctc, speed
 from sonfolio.train.batch import fixed_micro_batch, probed_micro_batch
 from sonfolio.train.device import (
@@ -38,6 +37,9 @@ from sonfolio.train.order import EpochBatches
 from sonfolio.train.samples import SKIPPED, TOKENS, model_inputs
 from sonfolio.train.stability import NanGuard
 from sonfolio.train.timing import StepTimer
+
+if TYPE_CHECKING:
+    from sonfolio.config.train import EngineOptions, TrainLoop
 
 log = logging.getLogger(__name__)
 

@@ -14,16 +14,18 @@ import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from torch.utils.data import DataLoader, Dataset
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from sonfolio.config import TrainLoop
 from sonfolio.evaluation import greedy_decode
 from sonfolio.io import read_jsonl
 from sonfolio.train.device import Backend
 from sonfolio.train.run import Track
+
+if TYPE_CHECKING:
+    from sonfolio.config.train import TrainLoop
 
 log = logging.getLogger(__name__)
 

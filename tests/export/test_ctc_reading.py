@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from sonfolio import variants
-from sonfolio.config import load_params
+from sonfolio.config.params import load_params
 from sonfolio.ctc_format import CTC_OUTPUT
 from sonfolio.export.layout import ENCODER
 from sonfolio.tracks import get as track_definition

@@ -11,7 +11,7 @@ import onnx
 import pytest
 import torch
 
-from sonfolio.config import load_params
+from sonfolio.config.params import load_params
 from sonfolio.export.check import fp32_weight_matmuls
 from sonfolio.export.layout import DECODER, ENCODER, OnnxFileError, validate_variant
 from sonfolio.tracks import get as track_definition

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from sonfolio.bench.track import QualityGateFailed, Track, _compare, finish
-from sonfolio.config import load_params
+from sonfolio.config.params import load_params
 
 
 def _variants(ter_int8: float) -> dict:

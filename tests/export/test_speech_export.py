@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from sonfolio.config import load_params
+from sonfolio.config.params import load_params
 from sonfolio.export.layout import DECODER, validate_variant
 from sonfolio.tracks import get as track_definition
 from tasks.export import run

@@ -12,7 +12,7 @@ import pytest
 from eval_tiny import SHAPE, export, quality_csv, save_score
 from PIL import Image
 
-from sonfolio.config import Params
+from sonfolio.config.params import Params
 from sonfolio.io import read_jsonl, write_jsonl
 from sonfolio.score.batches import load_image, to_pixel_values
 from sonfolio.score.definition import TRACK

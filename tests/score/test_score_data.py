@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 
 from sonfolio import tracks
-from sonfolio.config import ScoreData, ScoreSource
+from sonfolio.config.data import ScoreData, ScoreSource
 from sonfolio.io import read_jsonl
 from sonfolio.score.dataset import TooManySkipped, augment_seed, render_settings
 from sonfolio.score.lilypond import LilyPondNotFound, compile_systems

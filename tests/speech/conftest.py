@@ -16,7 +16,8 @@ import soundfile
 from datasets import Audio, Features, Value
 
 from sonfolio import tracks
-from sonfolio.config import Params, SpeechData
+from sonfolio.config.data import SpeechData
+from sonfolio.config.params import Params
 from sonfolio.speech.audio import from_pcm16
 from sonfolio.speech.espeak import synthesize
 from tasks.data import run

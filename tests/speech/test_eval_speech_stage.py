@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from eval_tiny import export, quality_csv, save_speech
 
-from sonfolio.config import Params
+from sonfolio.config.params import Params
 from sonfolio.io import read_jsonl
 from sonfolio.speech.audio import decode
 from sonfolio.speech.definition import TRACK

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sonfolio.config import ParamsError, parse_params
+from sonfolio.config.base import ParamsError
+from sonfolio.config.params import parse_params
 
 ROOT = Path(__file__).resolve().parents[2]
 

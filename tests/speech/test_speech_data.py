@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from sonfolio import tracks
-from sonfolio.config import SpeechData
+from sonfolio.config.data import SpeechData
 from sonfolio.io import read_jsonl
 from sonfolio.speech.audio import SAMPLE_RATE, read_wav
 from sonfolio.speech.dataset import TooManySkipped

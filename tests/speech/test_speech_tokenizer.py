@@ -16,7 +16,8 @@ from transformers import (
 )
 
 from sonfolio import tracks
-from sonfolio.config import Params, SpeechTokenizer
+from sonfolio.config.params import Params
+from sonfolio.config.tokenizer import SpeechTokenizer
 from sonfolio.io import read_jsonl
 from sonfolio.speech.audio import SAMPLE_RATE, from_pcm16, read_wav
 from sonfolio.speech.processor import BaseModelUnavailable, ClipTooLong, build_feature_extractor

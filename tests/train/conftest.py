@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from tiny import make_score_data
 
-from sonfolio.config import Params
+from sonfolio.config.params import Params
 
 
 @pytest.fixture(autouse=True)

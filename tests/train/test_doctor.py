@@ -12,7 +12,7 @@ import yaml
 from tiny import ROOT
 
 from sonfolio.cli import main
-from sonfolio.config import Params
+from sonfolio.config.params import Params
 from sonfolio.doctor import diagnose
 
 CPU_ONLY = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU's choices")

@@ -32,7 +32,7 @@ def run_qat(score_data: Path, fp32: Path, out: Path, **loop) -> dict:
     cfg_loop = {"max_steps": 4, "eval_every": 2, "checkpoint_every": 2, "ctc_weight": 0.3}
     cfg_loop.update(loop)
     schemes = cfg_loop.pop("schemes", ["int8", "int4"])
-    from sonfolio.config import QatTrain
+    from sonfolio.config.qat import QatTrain
 
     fields = {k: v for k, v in train_cfg.model_dump().items() if k in QatTrain.model_fields}
     cfg = QatTrain.model_validate(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from tiny import ROOT
 
-from sonfolio.config import load_params
+from sonfolio.config.params import load_params
 from sonfolio.score.model import check_size
 from sonfolio.train import device
 from sonfolio.train.device import Backend, DeviceCannotDo, choose_precision, hsa_override
@@ -51,7 +51,7 @@ def test_gpu_model_size_on_cpu_fails_before_training():
 def test_presets_are_checked_when_params_load(tmp_path):
     import yaml
 
-    from sonfolio.config import ParamsError
+    from sonfolio.config.base import ParamsError
 
     raw = yaml.safe_load((ROOT / "params.yaml").read_text())
     raw["train_presets"]["typo"] = {"micro_bach": 4}

@@ -204,7 +204,7 @@ def test_gpu_presets_train_on_the_cpu(score_data, tmp_path, preset):
     """`dvc exp run -S score_train.preset=all` on a machine without a GPU trains: every GPU-only
     option (8-bit AdamW, FP8) falls back with its reason in the choices, and the rest (compile,
     gradient checkpointing, auto micro-batch) run."""
-    from sonfolio.config import load_params
+    from sonfolio.config.params import load_params
 
     opts = load_params(ROOT / "params.yaml").engine_options(preset)
     metrics = run_tiny(

@@ -19,7 +19,8 @@ from typing import Any
 
 from PIL import Image, ImageDraw
 
-from sonfolio.config import EngineOptions, ScoreTrain, load_params
+from sonfolio.config.params import load_params
+from sonfolio.config.train import EngineOptions, ScoreTrain
 from sonfolio.io import write_jsonl
 from sonfolio.tokenizer import train_bpe
 

@@ -1,0 +1,204 @@
+"""The params sections `score_data` and `speech_data`, and what the data stage reads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from sonfolio.config.base import Fraction01, Positive, Strict
+from sonfolio.config.sections import Sections
+from sonfolio.config.tokenizer import SpeechTokenizer
+
+
+class ScoreSource(Strict):
+    """One collection of music: music21's shipped corpus, a folder, or an archive.
+
+    The collection `name` is what `split.heldout_collections` refers to.
+    """
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]+$")]
+    music21: str | None = Field(
+        default=None, description="a folder of music21's corpus, e.g. 'bach' or 'essenFolksong'"
+    )
+    folder: Path | None = None
+    archive: str | None = Field(default=None, description="path or http(s) URL of .zip / .tar.*")
+    sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None = None
+    max_pieces: Positive | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> ScoreSource:
+        kinds = [k for k in ("music21", "folder", "archive") if getattr(self, k) is not None]
+        if len(kinds) != 1:
+            raise ValueError(
+                f"source {self.name!r} must set exactly one of music21, folder, archive "
+                f"(it sets {kinds or 'none'})"
+            )
+        if self.archive is not None and self.sha256 is None:
+            raise ValueError(
+                f"source {self.name!r}: an archive needs its sha256 (run `sha256sum FILE`), so a "
+                "changed or truncated download is caught"
+            )
+        return self
+
+
+class Augment(Strict):
+    """Scan-like degradation, applied to the train split only, seeded per image."""
+
+    enabled: bool
+    noise_std: Annotated[float, Field(ge=0.0, le=0.5)]  # gaussian noise, in units of full white
+    blur_radius: Annotated[float, Field(ge=0.0, le=5.0)]  # max gaussian blur radius, px
+    rotation_deg: Annotated[float, Field(ge=0.0, le=10.0)]  # max absolute rotation
+    ink: Fraction01  # strength of uneven ink (patchy fading), 0 = none
+
+
+class ScoreSplit(Strict):
+    """How the systems are split: shares of val and test, and whole collections held out."""
+
+    val: Annotated[float, Field(ge=0.0, lt=0.5)]
+    test: Annotated[float, Field(ge=0.0, lt=0.5)]
+    heldout_collections: list[str]
+    seed: int
+
+
+class ScoreData(Strict):
+    """score_data: where the music comes from and how each staff system is rendered."""
+
+    sources: Annotated[list[ScoreSource], Field(min_length=1)]
+    synthetic_fraction: Annotated[float, Field(ge=0.0, lt=1.0)]
+    bars_per_system: Annotated[int, Field(ge=1, le=16)]
+    image_long_side: Annotated[int, Field(ge=64, le=4096)]
+    resolution_dpi: Annotated[int, Field(ge=50, le=1200)]
+    augment: Augment
+    split: ScoreSplit
+    max_skip_fraction: Fraction01
+    systems_per_process: Annotated[int, Field(ge=1, le=2000)]
+    workers: Annotated[int, Field(ge=0)]  # 0: one per CPU core
+    lilypond: str | None  # null: the binary from `pip install lilypond`, else PATH
+    seed: int
+
+    @model_validator(mode="after")
+    def _heldout_known(self) -> ScoreData:
+        names = [s.name for s in self.sources]
+        if len(set(names)) != len(names):
+            raise ValueError(f"score_data.sources: collection names repeat: {names}")
+        unknown = set(self.split.heldout_collections) - set(names)
+        if unknown:
+            raise ValueError(
+                f"score_data.split.heldout_collections names {sorted(unknown)}, which no source "
+                f"defines; known collections: {names}"
+            )
+        if self.split.val + self.split.test >= 0.9:
+            raise ValueError("score_data.split: val + test must leave at least 10% for train")
+        return self
+
+
+VoiceVariant = Annotated[str, Field(pattern=r"^[A-Za-z0-9_ -]+$")]  # espeak-ng's voices/!v/
+
+
+def _check_range(key: str, pair: tuple[float, float]) -> None:
+    if pair[0] > pair[1]:
+        raise ValueError(
+            f"{key} = {list(pair)}: write [minimum, maximum], e.g. {[pair[1], pair[0]]}"
+        )
+
+
+class SpeechSynthetic(Strict):
+    """French sentences spoken by espeak-ng: the offline default source."""
+
+    utterances: Annotated[int, Field(ge=20)]  # over all splits; one sentence each
+    val_fraction: Annotated[float, Field(gt=0.0, lt=0.5)]  # own sentences, train voices
+    test_fraction: Annotated[float, Field(gt=0.0, lt=0.5)]  # own sentences AND own voices
+    train_voices: Annotated[list[VoiceVariant], Field(min_length=1)]  # train and val splits
+    test_voices: Annotated[list[VoiceVariant], Field(min_length=1)]  # test split only
+    rate_wpm: tuple[Annotated[int, Field(ge=80, le=450)], Annotated[int, Field(ge=80, le=450)]]
+    pitch: tuple[Annotated[int, Field(ge=0, le=99)], Annotated[int, Field(ge=0, le=99)]]
+    noise_fraction: Fraction01  # share of clips with added white noise
+    snr_db: tuple[Annotated[float, Field(ge=-5, le=60)], Annotated[float, Field(ge=-5, le=60)]]
+    digits_fraction: Fraction01  # share of numbers written "12" rather than "douze"
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SpeechSynthetic:
+        key = "speech_data.synthetic"
+        shared = sorted(set(self.train_voices) & set(self.test_voices))
+        if shared:
+            raise ValueError(
+                f"{key}.test_voices shares {shared} with train_voices: the test split must be "
+                "spoken by voices training never hears; list each variant in only one of them"
+            )
+        for name in ("rate_wpm", "pitch", "snr_db"):
+            _check_range(f"{key}.{name}", getattr(self, name))
+        if self.val_fraction + self.test_fraction > 0.5:
+            raise ValueError(f"{key}: val_fraction + test_fraction must leave half for train")
+        for name in ("val_fraction", "test_fraction"):
+            if round(self.utterances * getattr(self, name)) < 1:
+                raise ValueError(
+                    f"{key}.{name} = {getattr(self, name)} of {self.utterances} utterances is "
+                    "less than one: raise utterances or the fraction"
+                )
+        return self
+
+
+class HubSplits(Strict):
+    """The corpus's split for each of ours; null leaves that split empty."""
+
+    train: str
+    val: str | None
+    test: str | None
+
+
+class SpeechHub(Strict):
+    """A corpus loaded with `datasets.load_dataset(name, config)`: a hub id or a local folder."""
+
+    name: Annotated[str, Field(min_length=1)]
+    config: str | None
+    splits: HubSplits
+    max_samples: Positive | None  # per split; null: all
+    streaming: bool
+    audio_column: str
+    text_column: str
+    speaker_column: str | None
+
+
+class SpeechData(Strict):
+    """speech_data: the clips' source (espeak-ng or a corpus) and what is kept of it."""
+
+    source: Literal["synthetic", "hub"]
+    max_duration_s: Annotated[float, Field(gt=0.0, le=30.0)]  # longer clips are skipped
+    max_skip_fraction: Fraction01
+    workers: Annotated[int, Field(ge=0)]  # 0: one per CPU core
+    seed: int
+    synthetic: SpeechSynthetic
+    hub: SpeechHub
+
+
+def check_clips_fit(data: SpeechData, tokenizer: SpeechTokenizer) -> None:
+    """Refuse clips longer than the speech model's input window.
+
+    Checked with the params, before synthesis, not only when the tokenizer stage sees the
+    clips.
+
+    Raises:
+        ValueError: naming both keys and their values.
+    """
+    longest, window = data.max_duration_s, tokenizer.chunk_length_s
+    if tokenizer.base_model is None and longest > window:
+        raise ValueError(
+            f"speech_data.max_duration_s = {longest} is longer than the model's input "
+            f"window speech_tokenizer.chunk_length_s = {window}: lower the first or raise "
+            "the second"
+        )
+
+
+class DataParams(Sections):
+    """What stage data reads: `<track>_data`, and the speech model's input window."""
+
+    score_data: ScoreData
+    speech_data: SpeechData
+    speech_tokenizer: SpeechTokenizer  # the window its clips must fit (check_clips_fit)
+
+    @model_validator(mode="after")
+    def _clips_fit_the_window(self) -> DataParams:
+        check_clips_fit(self.speech_data, self.speech_tokenizer)
+        return self

@@ -1,0 +1,48 @@
+"""The params sections `<track>_eval`, and what the eval stage reads."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from sonfolio.config.base import Positive, Strict
+from sonfolio.config.data import ScoreData
+from sonfolio.config.sections import Sections
+
+
+class ScoreEval(Strict):
+    """Stage eval@score: every variant on the same systems (docs/evaluation.md)."""
+
+    splits: Annotated[list[Literal["val", "test", "heldout"]], Field(min_length=1)]
+    max_samples: Positive | None  # per split, a seeded random subset; null: all
+    batch_size: Positive  # systems per generate call
+    decode_max_tokens: Positive  # greedy decoding limit per system
+    threads: Positive | None  # CPU threads (torch and ONNX Runtime); null: all cores
+    worst_examples: Annotated[int, Field(ge=0)]  # side-by-side images per variant and split
+    random_examples: Annotated[int, Field(ge=0)]
+    compile_batch: Positive  # systems per LilyPond process
+    compile_timeout_s: Annotated[float, Field(gt=0.0)]  # per LilyPond process
+    render_dpi: Annotated[int, Field(ge=50, le=600)]  # resolution of the side-by-side renders
+    seed: int
+
+
+class SpeechEval(Strict):
+    """Stage eval@speech: every variant on the same clips (docs/evaluation.md)."""
+
+    splits: Annotated[list[Literal["train", "val", "test"]], Field(min_length=1)]
+    max_samples: Positive | None  # per split, a seeded random subset; null: all
+    batch_size: Positive  # clips per generate call
+    decode_max_tokens: Positive  # greedy decoding limit per clip
+    threads: Positive | None  # CPU threads (torch and ONNX Runtime); null: all cores
+    worst_examples: Annotated[int, Field(ge=0)]  # per variant and split, with audio paths
+    seed: int
+
+
+class EvalParams(Sections):
+    """What stage eval reads: `<track>_eval`, and for the score track score_data.lilypond (the
+    LilyPond that renders its predictions, the one the data stage renders with)."""
+
+    score_data: ScoreData
+    score_eval: ScoreEval
+    speech_eval: SpeechEval

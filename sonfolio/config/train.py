@@ -1,0 +1,163 @@
+"""The training params: train_engine and its presets, `<track>_train`, and what train reads."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, ValidationError, model_validator
+
+from sonfolio.config.base import Fraction01, Positive, Strict
+from sonfolio.config.data import ScoreData
+from sonfolio.config.sections import Sections
+
+
+class NanGuardOptions(Strict):
+    """NaN / Inf recovery: skip the step and back the lr off; roll back after a streak."""
+
+    enabled: bool
+    lr_backoff: Annotated[float, Field(gt=0.0, le=1.0)]  # lr multiplier per bad step
+    max_bad_steps: Positive  # bad steps in a row before rolling back to the last checkpoint
+    max_rollbacks: Annotated[int, Field(ge=0)]  # then the stage fails
+
+
+class EngineOptions(Strict):
+    """How a training stage runs (not what it learns): train_engine, updated by a preset."""
+
+    precision: Literal["auto", "bf16", "fp16", "fp32"]
+    micro_batch: Literal["auto", "full"] | Positive  # auto: largest that fits; full: no accum.
+    gradient_checkpointing: bool
+    compile: bool
+    optimizer: Literal["adamw", "adamw_8bit"]
+    fp8: bool
+    loader_workers: Literal["auto"] | Annotated[int, Field(ge=0)]
+    group_by_length: bool  # batch train samples of like label length (less padding)
+    grad_clip: Annotated[float, Field(ge=0.0)]  # max gradient norm; 0: no clipping
+    nan_guard: NanGuardOptions
+
+
+def _merge(base: dict, override: dict) -> dict:
+    """`base` with `override` laid over it, nested mappings merged key by key."""
+    out = dict(base)
+    for key, value in override.items():
+        nested = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = _merge(out[key], value) if nested else value
+    return out
+
+
+class TrainLoop(Strict):
+    """What both training stages share: the preset, the schedule, checkpoints, early stopping."""
+
+    preset: str  # a name in train_presets
+    effective_batch: Positive  # samples per optimizer step, over all processes
+    lr: Annotated[float, Field(gt=0.0, lt=1.0)]
+    weight_decay: Annotated[float, Field(ge=0.0)]
+    warmup_steps: Annotated[int, Field(ge=0)]
+    max_steps: Positive  # optimizer steps
+    eval_every: Positive  # steps between validation losses
+    checkpoint_every: Positive  # steps between resumable checkpoints
+    early_stopping_patience: Positive  # evaluations without a better val loss before stopping
+    log_every: Positive  # steps between log lines and DVCLive points
+    max_skip_fraction: Fraction01  # corrupt train samples allowed (of the train set)
+    decode_max_tokens: Positive  # greedy decoding length limit for the held-out error rate
+    # weight of the auxiliary CTC loss on the encoder (sonfolio/train/ctc.py); 0: none
+    ctc_weight: Annotated[float, Field(ge=0.0, lt=1.0)]
+    # encoder states averaged per CTC frame (1: every state); the labels must still fit
+    ctc_pool: Annotated[int, Field(ge=1, le=8)]
+    seed: int
+
+
+class ScoreModel(Strict):
+    """The score model: a pretrained one, or a size preset built here."""
+
+    pretrained: Annotated[str, Field(min_length=1)] | None  # hub id or local folder; null: size
+    size: Literal["tiny", "small", "base"]  # presets in sonfolio/score/model.py
+    image_height: Annotated[int, Field(ge=16, le=1024)]  # px; systems are padded to it
+    patch: tuple[Positive, Positive]  # (height, width) of a ViT patch, px
+
+
+class ScoreTrain(TrainLoop):
+    """score_train: the loop, the model, and how the trained model reads a system."""
+
+    model: ScoreModel
+    # how the trained model reads a system (sonfolio/train/ctc.py): ctc: greedy over its
+    # encoder's CTC head; attention: its decoder, token by token
+    decode: Literal["ctc", "attention"]
+
+    @model_validator(mode="after")
+    def _ctc_head(self) -> ScoreTrain:
+        if self.decode == "ctc" and self.ctc_weight == 0:
+            raise ValueError(
+                "decode: ctc reads with the CTC head, which ctc_weight: 0 never trains: set "
+                "score_train.ctc_weight above 0 (0.7 as shipped), or decode: attention"
+            )
+        return self
+
+
+class SpeechModel(Strict):
+    """The speech model: a Whisper checkpoint, or a size preset built here."""
+
+    base_model: Annotated[str, Field(min_length=1)] | None  # a Whisper checkpoint; null: size
+    size: Literal["tiny", "small", "base"]  # presets in sonfolio/speech/model.py
+    language: str | None  # Whisper language token for a base model (e.g. fr); null: none
+
+
+class SpeechTrain(TrainLoop):
+    """speech_train: the loop and the model."""
+
+    model: SpeechModel
+
+
+def engine_options(engine: EngineOptions, presets: dict[str, dict], preset: str) -> EngineOptions:
+    """train_engine with the keys of train_presets.<preset> laid over it."""
+    return EngineOptions.model_validate(_merge(engine.model_dump(), presets[preset]))
+
+
+def check_presets(params: Sections) -> None:
+    """Every train preset makes valid engine options, and every training section of `params`
+    (a TrainLoop: score_train, score_qat, ...) names a preset that exists. `params` holds
+    train_engine and train_presets: a stage's EngineSections, or the whole Params.
+
+    Raises:
+        ValueError: naming the preset or section, and what is wrong with it.
+    """
+    engine, presets = params.train_engine, params.train_presets
+    for name, override in presets.items():
+        try:
+            engine_options(engine, presets, name)
+        except ValidationError as err:
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors()
+            )
+            raise ValueError(f"train_presets.{name} = {override}: {problems}") from None
+    for stage, cfg in params:
+        if isinstance(cfg, TrainLoop) and cfg.preset not in presets:
+            raise ValueError(
+                f"{stage}.preset = {cfg.preset!r} is not a train_presets name; known: "
+                f"{sorted(presets)}"
+            )
+
+
+class EngineSections(Sections):
+    """Sections of a stage that trains: train_engine and train_presets, checked together with
+    the training sections a subclass declares."""
+
+    train_engine: EngineOptions
+    train_presets: dict[str, dict]
+
+    @model_validator(mode="after")
+    def _presets_valid(self) -> EngineSections:
+        check_presets(self)
+        return self
+
+    def engine_options(self, preset: str) -> EngineOptions:
+        """train_engine with the preset's keys laid over it."""
+        return engine_options(self.train_engine, self.train_presets, preset)
+
+
+class TrainParams(EngineSections):
+    """What stage train reads: `<track>_train`, the engine, and the score model's input width
+    (score_data.image_long_side, the width the data stage renders every system at)."""
+
+    score_data: ScoreData
+    score_train: ScoreTrain
+    speech_train: SpeechTrain

@@ -1,0 +1,76 @@
+"""An edit to one stage's params schema reruns that stage and what follows it, and no more.
+
+Each stage validates only the params sections it reads (sonfolio.config.<stage>), and
+dvc.yaml lists the schema modules it imports; so DVC, not a convention, decides what an edit
+reruns. Checked with real DVC in a throwaway copy of the project whose every stage is recorded
+as up to date: its outputs are placeholders committed with `dvc commit` (running the pipeline
+takes minutes, and which stages an edit invalidates depends on the recorded deps alone, not on
+what the outputs hold).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from project_repo import copy_project, dvc, git, ran
+
+pytestmark = pytest.mark.slow
+
+BOTH = ("score", "speech")
+
+# A schema module, the stages that import it, and the stages that follow them. Only the
+# modules read by their own stage alone: data.py is read by every stage after data (train
+# reads score_data.image_long_side, eval score_data.lilypond), tokenizer.py by data (speech
+# clips must fit the model's window before synthesis), train.py by estimate (it times the
+# training steps) and export.py by qat (export.int8_weight_bits); those reruns are wanted.
+EDITS = {
+    "qat": (
+        {f"qat@{t}" for t in BOTH},
+        {f"{s}@{t}" for s in ("export", "bench", "eval") for t in BOTH} | {"report"},
+    ),
+    "bench": ({f"bench@{t}" for t in BOTH}, {"report"}),
+    "eval": ({f"eval@{t}" for t in BOTH}, {"report"}),
+    "estimate": ({f"estimate@{t}" for t in BOTH}, {"report"}),
+    "report": ({"report"}, set()),
+}
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory) -> Path:
+    """A copy of the project whose dvc.lock records every stage as run: placeholder outputs
+    (a folder where another stage reads a file inside it), committed."""
+    from dvc.repo import Repo
+
+    repo = copy_project(tmp_path_factory.mktemp("recorded"))
+    stages = Repo(str(repo)).index.stages
+    outs = {o.def_path for st in stages for o in st.outs}
+    read = {d.def_path for st in stages for d in st.deps if not hasattr(d, "params")}
+    for out in outs:
+        inside = [d for d in read if d.startswith(out.rstrip("/") + "/")]
+        for path in inside or [out]:
+            (repo / path).parent.mkdir(parents=True, exist_ok=True)
+            (repo / path).write_text("placeholder\n")
+    dvc(repo, "commit", "--force")
+    return repo
+
+
+def status(repo: Path) -> set[str]:
+    """The stages `dvc status` reports changed."""
+    return set(json.loads(dvc(repo, "status", "--json").stdout))
+
+
+@pytest.mark.parametrize("module", sorted(EDITS))
+def test_editing_a_stage_schema_reruns_it_and_what_follows(recorded, module):
+    edited, downstream = EDITS[module]
+    assert status(recorded) == set(), "the copy starts with every stage up to date"
+    path = recorded / "sonfolio" / "config" / f"{module}.py"
+    path.write_text(path.read_text() + "# an edit\n")
+    try:
+        assert status(recorded) == edited
+        # what `dvc repro` would run: the edited stages, then all that depends on their outputs
+        dry = dvc(recorded, "repro", "--dry", "--force-downstream", "--no-run-cache")
+        assert set(ran(dry)) == edited | downstream
+    finally:
+        git(recorded, "checkout", "--", str(path.relative_to(recorded)))
