@@ -27,6 +27,7 @@ class SpeechTokenizer(Strict):
     model_max_length: Annotated[int, Field(ge=16)]
     num_mel_bins: Literal[80, 128]
     chunk_length_s: Annotated[int, Field(ge=1, le=30)]  # the model's input window, seconds
+    language: str | None  # a Whisper tokenizer's language token (fr); null: the base's own
 
 
 class TokenizerParams(Sections):

@@ -99,6 +99,8 @@ class SpeechModel(Strict):
     base_model: Annotated[str, Field(min_length=1)] | None  # a Whisper checkpoint; null: size
     size: Literal["tiny", "small", "base"]  # presets in sonfolio/speech/model.py
     language: str | None  # Whisper language token for a base model (e.g. fr); null: none
+    frozen_encoder_layers: Annotated[int, Field(ge=0)]  # a base's lowest encoder blocks (and
+    # its convolutions, when > 0) left as they are while the rest trains
 
 
 class SpeechTrain(TrainLoop):

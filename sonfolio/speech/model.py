@@ -53,7 +53,9 @@ def build(
     cfg: SpeechModel, tokenizer: PreTrainedTokenizerBase, features: Any
 ) -> WhisperForConditionalGeneration:
     if cfg.base_model:
-        return load_base(cfg.base_model, tokenizer, features)
+        model = load_base(cfg.base_model, tokenizer, features, cfg.language)
+        freeze_encoder(model, cfg.frozen_encoder_layers)
+        return model
     s = SIZES[cfg.size]
     config = WhisperConfig(
         vocab_size=len(tokenizer),
@@ -81,29 +83,82 @@ def build(
 
 
 def load_base(
-    name: str, tokenizer: PreTrainedTokenizerBase, features: Any
+    name: str, tokenizer: PreTrainedTokenizerBase, features: Any, language: str | None = None
 ) -> WhisperForConditionalGeneration:
-    """A Whisper checkpoint (hub id or local folder) whose vocabulary and window match.
+    """A Whisper checkpoint (hub id, HF or CTranslate2 folder, `package:<name>`) whose
+    vocabulary matches the speech tokenizer's, its encoder window cut to the feature
+    extractor's where that is shorter (the positional table sliced: a base trained on 30 s
+    reads a short clip without 20 s of padding, at a third of the encoder's cost).
 
     Raises:
         ValueError: it cannot be loaded, or it does not match speech_tokenizer's output.
     """
+    from sonfolio.speech.bases import BaseModelError, resolve
+
+    try:
+        source = resolve(name, language)
+    except BaseModelError as err:
+        raise ValueError(f"speech_train.model.base_model = {name!r}: {err}") from err
     model = models.load(
-        WhisperForConditionalGeneration, name, "speech_train.model.base_model", "a Whisper model"
+        WhisperForConditionalGeneration, source, "speech_train.model.base_model", "a Whisper model"
     )
     window = model.config.max_source_positions * 2 // FRAMES_PER_S
-    if window != features.chunk_length or model.config.num_mel_bins != features.feature_size:
+    if model.config.num_mel_bins != features.feature_size or features.chunk_length > window:
         raise ValueError(
             f"speech_train.model.base_model = {name!r} takes {model.config.num_mel_bins} mel "
             f"bins over {window} s; the speech processor gives {features.feature_size} over "
             f"{features.chunk_length} s: set speech_tokenizer.base_model to the same model"
         )
+    if features.chunk_length < window:
+        cut_window(model, features.chunk_length * FRAMES_PER_S // 2)
     if model.get_input_embeddings().num_embeddings < len(tokenizer):
         raise ValueError(
             f"speech_train.model.base_model = {name!r} has a smaller vocabulary than the speech "
             "tokenizer: set speech_tokenizer.base_model to the same model"
         )
+    if language and getattr(model.generation_config, "lang_to_id", None):
+        model.generation_config.language = language
+        model.generation_config.task = "transcribe"
     return model
+
+
+def cut_window(model: WhisperForConditionalGeneration, positions: int) -> None:
+    """Keep the first `positions` encoder positions (2 mel frames each)."""
+    import torch
+
+    table = model.model.encoder.embed_positions
+    cut = torch.nn.Embedding(positions, table.embedding_dim)
+    cut.weight.data.copy_(table.weight.data[:positions])
+    cut.requires_grad_(table.weight.requires_grad)
+    model.model.encoder.embed_positions = cut
+    model.config.max_source_positions = positions
+    model.model.encoder.config.max_source_positions = positions
+    model.model.encoder.max_source_positions = positions
+
+
+def freeze_encoder(model: WhisperForConditionalGeneration, layers: int) -> None:
+    """Leave the convolutions, positions and the lowest `layers` encoder blocks as they are
+    (no gradients: their backward pass is skipped, the largest cost of a step on a CPU)."""
+    if layers <= 0:
+        return
+    encoder = model.model.encoder
+    blocks = list(encoder.layers)
+    if layers > len(blocks):
+        raise ValueError(
+            f"speech_train.model.frozen_encoder_layers = {layers}: the encoder has "
+            f"{len(blocks)} blocks"
+        )
+    for part in (encoder.conv1, encoder.conv2, encoder.embed_positions, *blocks[:layers]):
+        part.requires_grad_(False)
+    if layers == len(blocks):
+        encoder.layer_norm.requires_grad_(False)
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    log.info(
+        "encoder: %d of %d blocks frozen; %.1f M parameters train",
+        layers,
+        len(blocks),
+        trainable / 1e6,
+    )
 
 
 def attention_kernels(model: WhisperForConditionalGeneration) -> str:

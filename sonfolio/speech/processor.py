@@ -47,14 +47,20 @@ def build_feature_extractor(cfg: SpeechTokenizer) -> WhisperFeatureExtractor:
     )
 
 
-def load_base(name: str) -> Any:
-    """The base model's processor (tokenizer + feature extractor), as it is.
+def load_base(name: str, language: str | None = None) -> Any:
+    """The base model's processor (tokenizer + feature extractor), as it is; `name` is a hub
+    name, an HF folder, a CTranslate2 folder or `package:<name>` (sonfolio.speech.bases).
 
     Raises:
-        BaseModelUnavailable: not found, not reachable, or not a speech model's processor.
+        BaseModelUnavailable: not found, not reachable, damaged, or not a speech model's
+            processor.
     """
+    from sonfolio.speech.bases import BaseModelError, resolve
+
     try:
-        processor = AutoProcessor.from_pretrained(name)
+        processor = AutoProcessor.from_pretrained(resolve(name, language))
+    except BaseModelError as err:
+        raise BaseModelUnavailable(f"speech_tokenizer.base_model = {name!r}: {err}") from err
     except (OSError, ValueError) as err:  # not found, offline, no config to tell the class
         raise BaseModelUnavailable(
             f"speech_tokenizer.base_model = {name!r} could not be loaded: {err}\n"
@@ -88,7 +94,7 @@ def check_window(rows: list[dict[str, Any]], chunk_length_s: float) -> None:
         raise ClipTooLong(
             f"{longest['audio']} lasts {longest['duration']} s, longer than the model's input "
             f"window of {chunk_length_s} s: lower speech_data.max_duration_s, or raise "
-            "speech_tokenizer.chunk_length_s (from scratch only; a base model's is fixed)"
+            "speech_tokenizer.chunk_length_s (up to a base model's own window, 30 s for Whisper)"
         )
 
 
@@ -103,8 +109,20 @@ def build_processor(
         (the manifest) is longer than the feature extractor's window.
     """
     if cfg.base_model:
-        processor = load_base(cfg.base_model)
-        tok, features, parts = processor.tokenizer, processor.feature_extractor, (processor,)
+        processor = load_base(cfg.base_model, cfg.language)
+        tok, features = processor.tokenizer, processor.feature_extractor
+        if cfg.language and hasattr(tok, "set_prefix_tokens"):  # a Whisper tokenizer
+            tok.set_prefix_tokens(language=cfg.language, task="transcribe", predict_timestamps=False)
+        if cfg.chunk_length_s < features.chunk_length:  # a shorter window for short clips
+            log.info(
+                "base window %d s cut to speech_tokenizer.chunk_length_s = %d s",
+                features.chunk_length,
+                cfg.chunk_length_s,
+            )
+            features = WhisperFeatureExtractor(
+                **{**features.to_dict(), "chunk_length": cfg.chunk_length_s}
+            )
+        parts = (type(processor)(feature_extractor=features, tokenizer=tok),)
     else:
         tok = train_bpe(train, cfg.vocab_size, cfg.min_frequency, cfg.model_max_length)
         features = build_feature_extractor(cfg)
