@@ -29,7 +29,14 @@ from transformers import AutoTokenizer
 
 from sonfolio import tracks
 from sonfolio.bench.case import Case
-from sonfolio.bench.peer import peer_case
+from sonfolio.bench.peer import (
+    SAMPLE_RATE,
+    clip_audio,
+    count_loops,
+    decoder_prompt,
+    peer_cases,
+    whisper_tokenizer,
+)
 from sonfolio.bench.torch_runtime import bf16_support
 from sonfolio.bench.track import Track, bench_track, finish
 from sonfolio.config.bench import Bench, BenchParams
@@ -78,7 +85,7 @@ def sizes_of(cases: list[Case]) -> dict[str, int]:
         folder = Path(case.folder)
         if case.runtime in ("ort", "ort_loop"):
             return file_sizes(folder)["bytes"]
-        if case.runtime == "ct2":
+        if case.runtime in ("ct2", "faster_whisper"):  # the weights, as the ONNX rows count
             return (folder / "model.bin").stat().st_size
         per_param = 2 if case.dtype == "bf16" else 1  # bf16 halves the FP32 file in memory
         return sum(f.stat().st_size for f in folder.glob("*.safetensors")) // per_param
@@ -114,16 +121,25 @@ def run(
     more, gone = onnx_cases(export_cfg, export_dir, cfg.lean_loop)
     cases, absent = cases + more, {**absent, **gone}
 
+    seconds: list[float] | None = None
+
     def score(outputs: list[list[int]]) -> dict[str, Any]:
-        return track.quality(refs, tok.batch_decode(outputs, skip_special_tokens=True))
+        texts = tok.batch_decode(outputs, skip_special_tokens=True)
+        loops = {"loops": count_loops(texts, seconds)} if seconds else {}
+        return track.quality(refs, texts) | loops
 
     with tempfile.TemporaryDirectory(prefix=f"bench-{track.name}-") as tmp:
-        prompt = [tok.bos_token_id]
+        prompt = decoder_prompt(model, tok.bos_token_id)
         peers, not_measured = track.bench_peers(gate)
-        for name in peers:  # a peer's prompt (CT2's) becomes every runtime's, so outputs compare
-            case, prompt = peer_case(name, model, Path(tmp))
-            cases.append(case)
-        absent.update(not_measured)
+        base = Path(gate.faster_whisper_base) if "faster_whisper_base" in peers else None
+        more, converted, gone = peer_cases(peers, model, Path(tmp), base)
+        cases += more  # the conversion's prompt (CT2's) becomes every runtime's: outputs compare
+        prompt = converted or prompt
+        absent.update({**not_measured, **gone})
+        audio = None
+        if any(c.runtime == "faster_whisper" for c in cases):  # it takes audio, not features
+            audio = clip_audio(data, rows)
+            seconds = [len(a) / SAMPLE_RATE for a in audio]
         bench = Track(
             name=track.name,
             stage=stage,
@@ -137,6 +153,10 @@ def run(
             pad_id=tok.pad_token_id,
             gate_metric=track.gate_metric,
             max_increase=track.max_increase(gate),
+            audio=audio,
+            sample_rate=SAMPLE_RATE,
+            features_from=model,
+            model_suppress=whisper_tokenizer(model),  # the model's suppress lists, as HF's
         )
         metrics, failures = bench_track(bench, cfg, score, Path(tmp))
     return finish(metrics, failures, cfg, metrics_path, stage)

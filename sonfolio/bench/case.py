@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Case:
-    """One variant to measure: `runtime` torch | ort | ct2; `dtype` fp32 | bf16 (torch)."""
+    """One variant to measure: `runtime` torch | ort | ort_loop | ct2 | faster_whisper;
+    `dtype` fp32 | bf16 (torch)."""
 
     name: str
     runtime: str
@@ -30,6 +31,11 @@ class Spec:
     decode_tokens: int
     quality_tokens: int
     io_binding: bool
-    prompt: list[int]  # CT2 only: the decoder prompt (see convert_ct2)
+    prompt: list[int]  # the decoder prompt (CT2's: see sonfolio.bench.peer.convert_ct2)
     eos_id: int
     quality: bool  # also decode greedily to end of text (round 0 only)
+    # .npz of the clips' 16 kHz float32 audio ("0", "1", ... in input order), or "": the
+    # faster_whisper runtime's input; every other runtime times the feature extraction on it
+    audio: str = ""
+    features_from: str = ""  # the folder whose feature extractor made `inputs` (timed per clip)
+    model_suppress: bool = False  # CT2: suppress as the model's config says (a real Whisper)

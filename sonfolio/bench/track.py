@@ -30,13 +30,21 @@ def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q))
 
 
-def summarize(runs: list[dict[str, Any]], decode_tokens: int, batch_size: int) -> dict[str, Any]:
-    """Pool the rounds of one variant: p50/p95 latency, throughput, median RSS."""
+def summarize(
+    runs: list[dict[str, Any]], decode_tokens: int, batch_size: int, seconds: list[float] | None
+) -> dict[str, Any]:
+    """Pool the rounds of one variant: p50/p95 latency, throughput, median RSS; with the clips'
+    feature-extraction times (`features_ms`), end-to-end with them, and with the clips'
+    durations (`seconds`, s), the real-time factor (end-to-end with features / duration)."""
     enc = [v for r in runs for v in r["encoder_ms"]]
     e2e = [v for r in runs for v in r["e2e_ms"]]
-    per_token = [(t - e) / decode_tokens for t, e in zip(e2e, enc, strict=True)]
+    audio_in = runs[0].get("input") == "audio"  # its e2e includes its feature extraction
+    feats = [v for r in runs for v in r["features_ms"]] if "features_ms" in runs[0] else None
+    inside = feats if audio_in and feats else [0.0] * len(e2e)
+    per_token = [(t - e - f) / decode_tokens for t, e, f in zip(e2e, enc, inside, strict=True)]
     n = len(runs[0]["e2e_ms"])
-    return {
+    out = {
+        "input": runs[0].get("input", "features"),
         "encoder_ms_p50": round(percentile(enc, 50), 2),
         "encoder_ms_p95": round(percentile(enc, 95), 2),
         "decoder_ms_per_token_p50": round(percentile(per_token, 50), 3),
@@ -53,6 +61,22 @@ def summarize(runs: list[dict[str, Any]], decode_tokens: int, batch_size: int) -
         ),
         "new_tokens_median": statistics.median(t for r in runs for t in r["tokens_out"]),
     }
+    if feats is None:
+        return out
+    with_features = e2e if audio_in else [t + f for t, f in zip(e2e, feats, strict=True)]
+    out |= {
+        "features_ms_p50": round(percentile(feats, 50), 2),
+        "features_in_e2e": audio_in,
+        "e2e_with_features_ms_p50": round(percentile(with_features, 50), 2),
+        "e2e_with_features_ms_p95": round(percentile(with_features, 95), 2),
+    }
+    if seconds:
+        rtf = [t / 1e3 / s for t, s in zip(with_features, seconds * len(runs), strict=True)]
+        out |= {
+            "real_time_factor_p50": round(percentile(rtf, 50), 4),
+            "real_time_factor_p95": round(percentile(rtf, 95), 4),
+        }
+    return out
 
 
 class QualityGateFailed(RuntimeError):
@@ -75,6 +99,12 @@ class Track:
     pad_id: int  # stripped from the end of outputs
     gate_metric: str  # the quality key the gate reads (lower is better)
     max_increase: float
+    # the clips' raw audio (float32, `sample_rate`), for a runtime that takes audio
+    # (faster-whisper) and to time the other rows' feature extraction; None: no such runtime
+    audio: list[np.ndarray] | None = None
+    sample_rate: int = 16_000
+    features_from: Path | None = None  # the folder whose feature extractor made `inputs`
+    model_suppress: bool = False  # CT2: suppress as the model's config says (a real Whisper)
 
 
 def conditions(cfg: Any, workdir: Path) -> dict[str, Any]:
@@ -119,6 +149,11 @@ def bench_track(
     from rich.progress import Progress
 
     np.save(workdir / "inputs.npy", track.inputs)
+    audio, seconds = "", None
+    if track.audio is not None:
+        audio = str(workdir / "audio.npz")
+        np.savez(audio, **{str(i): a for i, a in enumerate(track.audio)})
+        seconds = [len(a) / track.sample_rate for a in track.audio]
     runs: dict[str, list[dict[str, Any]]] = {c.name: [] for c in track.cases}
     metrics: dict[str, Any] = {"conditions": conditions(cfg, workdir)}
     with Progress(transient=True) as bar:
@@ -141,13 +176,16 @@ def bench_track(
                     prompt=track.prompt,
                     eos_id=track.eos_id,
                     quality=r == 0,
+                    audio=audio,
+                    features_from=str(track.features_from or ""),
+                    model_suppress=track.model_suppress,
                 )
                 runs[case.name].append(run_case(spec, workdir))
                 bar.advance(job)
     metrics["conditions"]["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
     variants = {}
     for case in track.cases:
-        figures = summarize(runs[case.name], cfg.decode_tokens, cfg.batch_size)
+        figures = summarize(runs[case.name], cfg.decode_tokens, cfg.batch_size, seconds)
         outputs = [_clean(ids, track) for ids in runs[case.name][0]["outputs"]]
         variants[case.name] = {
             "runtime": case.runtime,
@@ -155,6 +193,7 @@ def bench_track(
             "bytes": track.sizes[case.name],
             **_int8_weights(case),
             **figures,
+            **runs[case.name][0].get("notes", {}),
             **score(outputs),
             "_outputs": outputs,
         }
@@ -171,7 +210,7 @@ REFERENCE = "torch_fp32"
 
 def _int8_weights(case: Case) -> dict[str, Any]:
     """{"int8_weights": ...} for an ORT case of an int8 folder (sonfolio.cpu), else {}."""
-    if case.runtime == "torch" or not Path(case.folder).is_dir():
+    if case.runtime in ("torch", "faster_whisper") or not Path(case.folder).is_dir():
         return {}
     found = cpu.int8_weight_range(Path(case.folder))
     return {"int8_weights": found} if found else {}

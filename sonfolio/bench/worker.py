@@ -7,6 +7,12 @@ Latency is measured on a forced decode length (`decode_tokens`, end of text supp
 every runtime does the same work: encoder ms (encoder alone), end-to-end ms (encoder + greedy
 decode of that many tokens, batch 1), decoder ms per token = (end-to-end - encoder) / tokens.
 Quality comes from a separate greedy decode that stops at end of text.
+
+A runtime that `takes_audio` (faster-whisper) gets each clip's raw audio: its end-to-end time
+includes its own feature extraction, which is also timed alone (`features_ms`, untimed input to
+its encoder). For every other runtime, when the clips' audio is given, the feature extraction
+that made its inputs is timed per clip after the rest (`features_ms`, RSS read before it), so
+the stage can add it to end-to-end and compare like for like.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import numpy as np
 from sonfolio.bench.case import Case, Spec
 from sonfolio.bench.loop_runtime import loop_runtime
 from sonfolio.bench.ort_runtime import OrtRuntime
-from sonfolio.bench.peer import Ct2Runtime
+from sonfolio.bench.peer import Ct2Runtime, FasterWhisperRuntime
 from sonfolio.bench.torch_runtime import TorchRuntime
 
 
@@ -45,7 +51,13 @@ def _rss_mb() -> float:
     return peak / (1024 * 1024 if sys.platform == "darwin" else 1024)
 
 
-RUNTIMES = {"torch": TorchRuntime, "ort": OrtRuntime, "ort_loop": loop_runtime, "ct2": Ct2Runtime}
+RUNTIMES = {
+    "torch": TorchRuntime,
+    "ort": OrtRuntime,
+    "ort_loop": loop_runtime,
+    "ct2": Ct2Runtime,
+    "faster_whisper": FasterWhisperRuntime,
+}
 
 
 def _ms(fn: Any, *args: Any) -> float:
@@ -58,21 +70,28 @@ def measure(spec: Spec) -> dict[str, Any]:
     """Run one variant on the inputs; returns raw timings, RSS, token counts and outputs."""
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(spec.threads)
-    inputs = np.load(spec.inputs)
+    audio = _audio(spec.audio)
     rss_imports = _rss_mb()
     runner = RUNTIMES[spec.case.runtime](spec)
+    takes_audio = getattr(runner, "takes_audio", False)
+    inputs: Any = audio if takes_audio else np.load(spec.inputs)
     n, steps = len(inputs), spec.decode_tokens
     for i in range(spec.warmup):
         runner.generate(inputs[i % n : i % n + 1], steps, forced=True)
-    enc, e2e, new_tokens = [], [], []
+    enc, e2e, new_tokens, features = [], [], [], []
     for i in range(n):
         x = inputs[i : i + 1]
-        enc.append(_ms(runner.encode, x))
+        if takes_audio:  # its own features, timed alone; its encoder then takes them
+            start = time.perf_counter()
+            feats = runner.features(x)
+            features.append((time.perf_counter() - start) * 1e3)
+            enc.append(_ms(runner.encode, feats))
+        else:
+            enc.append(_ms(runner.encode, x))
         start = time.perf_counter()
         ids = runner.generate(x, steps, forced=True)
         e2e.append((time.perf_counter() - start) * 1e3)
-        echoed = len(ids[0]) and ids[0][0] == spec.prompt[0]  # HF echoes the start token
-        new_tokens.append(len(ids[0]) - int(echoed))
+        new_tokens.append(len(ids[0]) - _echoed(ids[0], spec.prompt))
     start = time.perf_counter()
     for b in range(0, n, spec.batch_size):
         runner.generate(inputs[b : b + spec.batch_size], steps, forced=True)
@@ -81,7 +100,7 @@ def measure(spec: Spec) -> dict[str, Any]:
     if spec.quality:
         for b in range(0, n, spec.batch_size):
             outputs += runner.generate(inputs[b : b + spec.batch_size], spec.quality_tokens, False)
-    return {
+    result = {
         "encoder_ms": enc,
         "e2e_ms": e2e,
         "tokens_out": new_tokens,
@@ -89,7 +108,41 @@ def measure(spec: Spec) -> dict[str, Any]:
         "rss_peak_mb": _rss_mb(),
         "rss_imports_mb": rss_imports,
         "outputs": outputs,
+        "input": "audio" if takes_audio else "features",
+        "notes": getattr(runner, "notes", {}),  # what a runtime changed to run, if anything
     }
+    if takes_audio:
+        result["features_ms"] = features
+    elif audio is not None:
+        result["features_ms"] = _features_ms(spec, audio)
+    return result
+
+
+def _echoed(ids: list[int], prompt: list[int]) -> int:
+    """How many of the prompt's tokens `ids` starts with (HF echoes its prompt, CT2 does not)."""
+    k = 0
+    while k < min(len(ids), len(prompt)) and ids[k] == prompt[k]:
+        k += 1
+    return k
+
+
+def _audio(path: str) -> list[np.ndarray] | None:
+    """The clips of an .npz written by sonfolio.bench.track ("0", "1", ...), or None."""
+    if not path:
+        return None
+    with np.load(path) as clips:
+        return [clips[str(i)] for i in range(len(clips.files))]
+
+
+def _features_ms(spec: Spec, audio: list[np.ndarray]) -> list[float]:
+    """Per clip, ms of the feature extraction that made this runtime's inputs (the track's
+    processor from `features_from`, one clip at a time, as the runtimes take them)."""
+    from sonfolio import tracks
+
+    extractor = tracks.get(spec.track).processor_class().from_pretrained(spec.features_from)
+    rate = extractor.sampling_rate
+    extractor(audio[0], sampling_rate=rate, return_tensors="np")  # warm: first-call costs
+    return [_ms(lambda a: extractor(a, sampling_rate=rate, return_tensors="np"), a) for a in audio]
 
 
 def main(argv: list[str]) -> None:

@@ -39,6 +39,11 @@ class SpeechBench(Strict):
 
     max_wer_increase: Annotated[float, Field(ge=0.0)]  # vs torch FP32, absolute
     ctranslate2: bool  # also measure the CTranslate2 int8 peer (faster-whisper's engine)
+    # faster-whisper on our model converted to CTranslate2 int8 (needs Whisper's tokenizer)
+    faster_whisper_finetuned: bool
+    # the untouched base as a CTranslate2 folder, through faster-whisper with its own window
+    # (its zero-shot quality); null: not measured
+    faster_whisper_base: str | None
 
 
 class BenchParams(Sections):

@@ -156,18 +156,40 @@ class SpeechTrack:
 
     def quality_tokens(self, model: Path, decode_max_tokens: int) -> int:
         """The greedy quality decode's limit: speech_train.decode_max_tokens, within the new
-        tokens the decoder has positions for (the start token takes one, CT2's prompt two)."""
+        tokens the decoder has positions for. CTranslate2 decodes at most half its max_length
+        (as OpenAI's Whisper: n_text_ctx // 2), less the prompt: Whisper's own is 4 tokens,
+        CT2's prompt for the from-scratch tokenizer 2."""
         import json
 
+        from transformers import AutoTokenizer
+
         positions = json.loads((model / "config.json").read_text())["max_target_positions"]
-        return min(decode_max_tokens, int(positions) // 2 - 2)
+        # Whisper's own tokenizer (sonfolio.bench.peer.whisper_tokenizer; not imported here:
+        # every speech stage imports this definition)
+        vocab = AutoTokenizer.from_pretrained(str(model)).get_vocab()
+        prompt = 4 if "<|notimestamps|>" in vocab else 2
+        return min(decode_max_tokens, int(positions) // 2 - prompt)
 
     def bench_peers(self, gate: Any) -> tuple[list[str], dict[str, str]]:
-        """Other engines measured beside the variants (sonfolio.bench.peer.peer_case), and those
-        left out with why: CTranslate2's Whisper in int8, faster-whisper's engine."""
-        if gate.ctranslate2:
-            return ["ct2_int8"], {}
-        return [], {"ct2_int8": "not measured: speech_bench.ctranslate2 is false"}
+        """Other engines measured beside the variants (sonfolio.bench.peer.peer_cases), and
+        those left out with why: CTranslate2's Whisper in int8 (faster-whisper's engine),
+        faster-whisper on that same folder, and faster-whisper on the untouched base."""
+        keys = {  # peer: (its speech_bench key, measured, what the key says when it is off)
+            "ct2_int8": ("ctranslate2", gate.ctranslate2, "false"),
+            "faster_whisper_finetuned": (
+                "faster_whisper_finetuned",
+                gate.faster_whisper_finetuned,
+                "false",
+            ),
+            "faster_whisper_base": ("faster_whisper_base", gate.faster_whisper_base, "null"),
+        }
+        peers = [name for name, (_, on, _) in keys.items() if on]
+        off = {
+            name: f"not measured: speech_bench.{key} is {value}"
+            for name, (key, on, value) in keys.items()
+            if not on
+        }
+        return peers, off
 
     # --- eval ---
 
