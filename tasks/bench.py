@@ -131,7 +131,7 @@ def run(
     with tempfile.TemporaryDirectory(prefix=f"bench-{track.name}-") as tmp:
         prompt = decoder_prompt(model, tok.bos_token_id)
         peers, not_measured = track.bench_peers(gate)
-        base = Path(gate.faster_whisper_base) if "faster_whisper_base" in peers else None
+        base = track.bench_peer_base(gate) if "faster_whisper_base" in peers else None
         more, converted, gone = peer_cases(peers, model, Path(tmp), base)
         cases += more  # the conversion's prompt (CT2's) becomes every runtime's: outputs compare
         prompt = converted or prompt

@@ -145,15 +145,19 @@ def main() -> None:
     params = load_sections(EvalParams)
     paths = params.paths.track(track)
     definition = tracks.get(track)
-    run(
-        params.section(track, STEP),
-        definition,
-        paths.data,
-        variants.discover(paths.model, paths.export),
-        paths.eval,
-        params.paths.metrics / f"{track}_{STEP}.json",
-        definition.eval_tool(params),
-    )
+    cfg = params.section(track, STEP)
+    with tempfile.TemporaryDirectory(prefix=f"eval-{track}-") as work:
+        # a track's baselines (speech: the untouched base, zero-shot) are scored beside them
+        baselines = definition.eval_baselines(cfg, paths.model, Path(work))
+        run(
+            cfg,
+            definition,
+            paths.data,
+            variants.discover(paths.model, paths.export) + baselines,
+            paths.eval,
+            params.paths.metrics / f"{track}_{STEP}.json",
+            definition.eval_tool(params),
+        )
 
 
 if __name__ == "__main__":

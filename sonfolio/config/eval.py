@@ -36,6 +36,7 @@ class SpeechEval(Strict):
     decode_max_tokens: Positive  # greedy decoding limit per clip
     threads: Positive | None  # CPU threads (torch and ONNX Runtime); null: all cores
     worst_examples: Annotated[int, Field(ge=0)]  # per variant and split, with audio paths
+    zero_shot_base: Annotated[str, Field(min_length=1)] | None  # the untouched base, scored too
     seed: int
 
 

@@ -155,12 +155,20 @@ class ScoreTrack:
         left out with why: none reads scores."""
         return [], {}
 
+    def bench_peer_base(self, gate: Any) -> None:
+        """The untouched base a peer runs as is: none."""
+        return None
+
     # --- eval ---
 
     # Compared with the reference variant (delta_<key>; a positive ser delta is a loss) and
     # written to quality.csv, with eval_csv_extra, for `dvc plots`.
     eval_delta_keys = ("ser", "cer", "exact_match", "compile_rate")
     eval_csv_extra = "clean_compile_rate"
+
+    def eval_baselines(self, cfg, model, work):
+        """Models scored beside the variants: none."""
+        return []
 
     def eval_tool(self, params):
         """The LilyPond binary (a Path) every prediction is compiled with: score_data.lilypond,

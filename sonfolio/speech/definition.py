@@ -191,12 +191,33 @@ class SpeechTrack:
         }
         return peers, off
 
+    def bench_peer_base(self, gate: Any) -> Path | None:
+        """The CTranslate2 folder of speech_bench.faster_whisper_base (a folder, or
+        package:<name>: the installed model, assembled and sha256-checked)."""
+        from sonfolio.speech.bases import BaseModelError, ct2_folder
+
+        if not gate.faster_whisper_base:
+            return None
+        try:
+            return ct2_folder(gate.faster_whisper_base)
+        except BaseModelError as err:
+            raise ValueError(f"speech_bench.faster_whisper_base: {err}") from err
+
     # --- eval ---
 
     # Compared with the reference variant (delta_<key>; a positive wer delta is a loss) and
     # written to quality.csv, with eval_csv_extra, for `dvc plots`.
     eval_delta_keys = ("wer", "cer")
     eval_csv_extra = "clips_per_s"
+
+    def eval_baselines(self, cfg, model, work):
+        """Models scored beside the variants: the untouched base (speech_eval.zero_shot_base)
+        with the fine-tuned model's window and prompt, as `base_zero_shot` under `work`."""
+        from sonfolio.speech.evaluate import zero_shot_base
+
+        if not cfg.zero_shot_base:
+            return []
+        return [zero_shot_base(cfg.zero_shot_base, model, work / "base_zero_shot")]
 
     def eval_tool(self, params):
         """None: WER and CER are computed in-process, with no outside tool."""

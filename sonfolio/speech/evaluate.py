@@ -107,3 +107,52 @@ class Scorer:
         write_json(folder / "worst.json", worst)
         result["worst"] = [{k: w[k] for k in ("audio", "ref", "hyp", "wer")} for w in worst]
         return result
+
+
+PROCESSOR_FILES = (
+    "preprocessor_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    "normalizer.json",
+)
+
+
+def zero_shot_base(base: str, model: Path, out: Path) -> Path:
+    """The untouched base Whisper `base` (sonfolio.speech.bases names) saved in `out` as a
+    variant folder with the fine-tuned `model`'s window, prompt and processor: its weights as
+    fine-tuning found them (only the positional table is cut to the window, as training cut
+    it), so its scores are the step-0 baseline of the same decoding.
+
+    Raises:
+        ValueError: the base cannot be loaded or does not match the fine-tuned model.
+    """
+    import shutil
+
+    from transformers import GenerationConfig, WhisperForConditionalGeneration
+
+    from sonfolio.speech.bases import BaseModelError, resolve
+    from sonfolio.speech.model import cut_window
+
+    tuned = WhisperForConditionalGeneration.config_class.from_pretrained(str(model))
+    try:
+        source = resolve(base)
+    except BaseModelError as err:
+        raise ValueError(f"speech_eval.zero_shot_base = {base!r}: {err}") from err
+    net = WhisperForConditionalGeneration.from_pretrained(source)
+    if net.config.d_model != tuned.d_model or net.config.vocab_size != tuned.vocab_size:
+        raise ValueError(
+            f"speech_eval.zero_shot_base = {base!r} is not the base of {model} (another size "
+            "or vocabulary): set it to speech_train.model.base_model, or null"
+        )
+    if tuned.max_source_positions < net.config.max_source_positions:
+        cut_window(net, tuned.max_source_positions)
+    net.generation_config = GenerationConfig.from_pretrained(str(model))
+    net.save_pretrained(str(out))
+    for name in PROCESSOR_FILES:
+        if (model / name).is_file():
+            shutil.copyfile(model / name, out / name)
+    return out

@@ -17,7 +17,7 @@ from transformers import AutoFeatureExtractor, AutoTokenizer, WhisperForConditio
 
 from sonfolio.evaluation import char_error_rate, examples, most_common, word_error_rate
 from sonfolio.speech.batches import SpeechClips, collate
-from sonfolio.speech.model import attention_kernels, build, check_size
+from sonfolio.speech.model import attention_kernels, build, check_size, freeze_encoder
 from sonfolio.speech.normalize import normalize
 from sonfolio.train.device import Backend
 from sonfolio.train.setup import Reading, Setup, prepare, read_splits
@@ -67,7 +67,10 @@ class SpeechTraining:
         tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
         features = AutoFeatureExtractor.from_pretrained(str(tokenizer_dir))
         set_seed(self.cfg.seed)
-        model = model if model is not None else build(self.cfg.model, tok, features)
+        if model is None:
+            model = build(self.cfg.model, tok, features)
+        elif self.cfg.model.base_model:  # QAT trains what fine-tuning trained, no more
+            freeze_encoder(model, self.cfg.model.frozen_encoder_layers)
         start = model.config.decoder_start_token_id
         max_tokens = model.config.max_target_positions
         reading = Reading(
