@@ -33,6 +33,7 @@ from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerBase
 
 from sonfolio import cpu, tracks
 from sonfolio.export.layout import DECODER, ENCODER, UNMERGED
+from sonfolio.infer.ortloop import OrtGreedy
 from sonfolio.train import ctc
 
 log = logging.getLogger(__name__)
@@ -109,6 +110,8 @@ class Variant:
             ids = ctc.greedy(self.model, inputs, max_new_tokens)
             return self.tokenizer.batch_decode(ids, skip_special_tokens=True)
         limit = decoder_positions(self.config) - 1  # the start token takes a position
+        if isinstance(self.loop, OrtGreedy):  # so does the rest of a Whisper's prompt
+            limit = decoder_positions(self.config) - len(self.loop.prompt.ids)
         if self.loop is not None:
             ids = self.loop.generate(inputs.numpy(), min(max_new_tokens, limit), forced=False)
             return self.tokenizer.batch_decode(ids, skip_special_tokens=True)
@@ -197,7 +200,9 @@ def load(folder: Path, threads: int | None = None, device: str = "auto") -> Vari
 def _decoded_by(reads_ctc: bool, loop: Any) -> str:
     if reads_ctc:
         return "its CTC head, greedily"
-    return "the plain ORT greedy loop" if loop is not None else "HF generate"
+    if loop is None:
+        return "HF generate"
+    return f"the plain ORT greedy loop from a {len(loop.prompt.ids)}-token prompt"
 
 
 def _config(folder: Path) -> Any:
@@ -209,40 +214,36 @@ def _config(folder: Path) -> Any:
         ) from err
 
 
-# generation_config.json keys that change nothing in greedy decoding from one start token
-_PLAIN_GENERATION = {
-    "_from_model_config",
-    "transformers_version",
-    "bos_token_id",
-    "decoder_start_token_id",
-    "eos_token_id",
-    "pad_token_id",
-}
-
-
 def _greedy_loop(folder: Path, provider: str, threads: int | None) -> Any:
     """sonfolio.infer.ortloop.OrtGreedy over the folder's files (2.7-4x faster than optimum's
-    generate on the CPU defaults: docs/export.md), or None where it would not decode as HF
-    generate does: not on the CPU, no merged decoder, or a generation config with more than
-    one start token's worth of settings (a hub Whisper's language / task prompt, suppressed
-    tokens, ...), for which optimum's generate stays."""
-    path = folder / "generation_config.json"
-    if provider != "CPUExecutionProvider" or not (folder / DECODERS[0][0]).is_file():
-        return None
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return None
-    start, eos = config.get("decoder_start_token_id"), config.get("eos_token_id")
-    if set(config) - _PLAIN_GENERATION or not isinstance(start, int) or not isinstance(eos, int):
-        return None
+    generate on the CPU defaults: docs/export.md), decoding from the prompt and suppressed
+    tokens that sonfolio.prompt.read finds in generation_config.json (one start token, or a
+    hub Whisper's language / task prompt), as HF generate would. None where the loop would
+    not decode as generate does, for which optimum's generate stays (the reason is logged):
+    not on the CPU, no merged decoder, or a generation config asking for more (timestamps,
+    language detection, a repetition penalty, ...).
+
+    Raises:
+        VariantError: a config or ONNX file is unreadable, or the generation config names
+            an invalid prompt (e.g. a language not in lang_to_id).
+    """
+    from sonfolio import prompt
     from sonfolio.export.layout import OnnxFileError
     from sonfolio.infer.ortloop import OrtGreedy
 
+    if provider != "CPUExecutionProvider" or not (folder / DECODERS[0][0]).is_file():
+        return None
+    try:
+        decoder_prompt = prompt.read(folder)
+    except prompt.UnsupportedDecoding as err:
+        log.info("variant %s: optimum's generate, not the ORT loop: %s", folder.name, err)
+        return None
+    except prompt.PromptError as err:
+        raise VariantError(str(err)) from err
     _onnx_files(folder)  # names a missing file as optimum would
     try:
-        return OrtGreedy(folder, threads or torch.get_num_threads(), 1, True, start, eos)
-    except OnnxFileError as err:
+        return OrtGreedy(folder, threads or torch.get_num_threads(), 1, True, decoder_prompt)
+    except (OnnxFileError, ValueError) as err:
         raise VariantError(str(err)) from err
 
 

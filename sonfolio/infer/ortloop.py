@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from sonfolio.ctc_format import CTC_OUTPUT, collapse
+from sonfolio.prompt import DecoderPrompt
 
 
 def set_spinning(options: Any, spin: bool) -> None:
@@ -37,7 +38,14 @@ def session(
 
 
 class OrtGreedy:
-    """The same ONNX files run by a plain greedy loop over ORT sessions (no HF generate).
+    """The same ONNX files run by a plain greedy loop over ORT sessions (no HF generate),
+    giving HF greedy `generate`'s tokens.
+
+    It decodes from the model's DecoderPrompt (sonfolio.prompt.read): the prompt's ids (one
+    start token, or a Whisper's <|startoftranscript|><|fr|><|transcribe|><|notimestamps|>)
+    go in at once on the first step, the logits of the last position pick the first token;
+    `suppress` tokens are never picked, `begin_suppress` ones not first. Only the new tokens
+    are returned.
 
     Our own loop because neither optimum nor onnxruntime ships a greedy loop for these
     models (onnxruntime-genai does not run them here, STACK.md): HF generate's per-step
@@ -49,7 +57,8 @@ class OrtGreedy:
       numpy copy of the cache. The token ids are a numpy array that its bound OrtValue shares
       (CPU OrtValues from numpy do not copy), written in place; the logits land in a
       preallocated array.
-    - the first step runs the merged decoder (its no-past branch); later steps run its
+    - the first step runs the merged decoder (its no-past branch, the whole prompt, logits
+      into a (B, prompt length, vocab) array); later steps run its
       with-past branch as a session of its own (sonfolio.export.with_past.with_past_decoder), which
       skips the `If` and what only the first step needs.
     - the decoder sessions run `decoder_threads` intra-op threads (1 in params) at batch 1: a
@@ -63,8 +72,14 @@ class OrtGreedy:
     batch_threads = 32
 
     def __init__(
-        self, folder: Path, threads: int, decoder_threads: int, spin: bool, start: int, eos: int
+        self, folder: Path, threads: int, decoder_threads: int, spin: bool, prompt: DecoderPrompt
     ) -> None:
+        """Sessions over the folder's encoder and merged decoder.
+
+        Raises:
+            OnnxFileError: a file is missing or corrupt.
+            ValueError: a token of the prompt is outside the decoder's vocabulary.
+        """
         import onnxruntime
 
         from sonfolio.export.layout import DECODER, ENCODER, load_onnx
@@ -84,7 +99,17 @@ class OrtGreedy:
         # branch returns placeholders for them
         self.step0_only = {n for n in self.presents if ".encoder." in n}
         self.vocab = self.first.get_outputs()[0].shape[-1]
-        self.start, self.eos = start, eos
+        self.prompt, self.eos = prompt, prompt.eos
+        tokens = [*prompt.ids, prompt.eos, *prompt.suppress, *prompt.begin_suppress]
+        bad = [t for t in tokens if isinstance(self.vocab, int) and not 0 <= t < self.vocab]
+        if bad:
+            raise ValueError(
+                f"{folder}: the decoder prompt names tokens {bad} outside the decoder's "
+                f"{self.vocab}-token vocabulary: its generation_config.json is not this model's"
+            )
+        # columns of the logits set to -inf: every step, and the first generated token
+        self.suppress = np.unique(np.array(prompt.suppress, dtype=np.intp))
+        self.suppress_first = np.union1d(self.suppress, np.array(prompt.begin_suppress, np.intp))
 
     def _decoder_pair(self, batch: int) -> tuple[Any, Any]:
         """The (first step, later steps) decoder sessions for a batch of this size."""
@@ -118,32 +143,41 @@ class OrtGreedy:
         return io.get_outputs()[0]
 
     def generate(self, x: np.ndarray, new: int, forced: bool) -> list[list[int]]:
-        batch = len(x)
+        """At most `new` tokens a sample after the prompt (which is not returned); `forced`:
+        the end token is never picked, so every sample gets `new` (the bench's fixed length).
+        A finished sample is padded with the end token."""
+        batch, width = len(x), len(self.prompt.ids)
         value = self.ort.OrtValue.ortvalue_from_numpy
-        ids = np.full((batch, 1), self.start, dtype=np.int64)  # shared with its OrtValue
+        prompt = np.tile(np.array(self.prompt.ids, dtype=np.int64), (batch, 1))  # (B, P)
+        ids = np.empty((batch, 1), dtype=np.int64)  # shared with its OrtValue, written per step
+        # the first step's logits cover every prompt position; the last one is read
+        first_logits = np.empty((batch, width, self.vocab), dtype=np.float32)  # (B, P, vocab)
         logits = np.empty((batch, 1, self.vocab), dtype=np.float32)  # (B, 1, vocab)
-        fixed = {"input_ids": value(ids), "encoder_hidden_states": self.encode(x)}
+        enc = self.encode(x)
         first_session, next_session = self._decoder_pair(batch)
         first, io = first_session.io_binding(), next_session.io_binding()
-        for binding, names in ((first, None), (io, self.next_inputs)):
-            for name, v in fixed.items():
-                if names is None or name in names:
-                    binding.bind_ortvalue_input(name, v)
-            binding.bind_output(
-                "logits", "cpu", 0, np.float32, [batch, 1, self.vocab], logits.ctypes.data
-            )
+        for binding, tok, out, names in (
+            (first, prompt, first_logits, None),
+            (io, ids, logits, self.next_inputs),
+        ):
+            binding.bind_ortvalue_input("input_ids", value(tok))
+            if names is None or "encoder_hidden_states" in names:
+                binding.bind_ortvalue_input("encoder_hidden_states", enc)
+            binding.bind_output("logits", "cpu", 0, np.float32, list(out.shape), out.ctypes.data)
         first.bind_ortvalue_input("use_cache_branch", value(np.array([False])))
         for i in self.past:  # (B, heads, 0, head dim): ignored by the no-past branch
             empty = np.zeros((batch, i.shape[1], 0, i.shape[3]), dtype=np.float32)
             first.bind_ortvalue_input(i.name, value(empty))
         tokens = np.full((batch, new), self.eos, dtype=np.int64)
         done = np.zeros(batch, dtype=bool)
-        session, binding = first_session, first
+        session, binding, out, banned = first_session, first, first_logits, self.suppress_first
         for step in range(new):
             for name in self.presents:  # unbound: ORT allocates them at their new length
                 binding.bind_output(name, "cpu")
             session.run_with_iobinding(binding)
-            last = logits[:, -1]  # (B, vocab)
+            last = out[:, -1]  # (B, vocab), a view: written in place
+            if banned.size:
+                last[:, banned] = -np.inf
             if forced:
                 last[:, self.eos] = -np.inf
             nxt = np.where(done, self.eos, last.argmax(-1))
@@ -152,11 +186,11 @@ class OrtGreedy:
             if done.all():
                 tokens = tokens[:, : step + 1]
                 break
-            for name, out in zip(self.presents, binding.get_outputs()[1:], strict=True):
+            for name, past in zip(self.presents, binding.get_outputs()[1:], strict=True):
                 if step == 0 or name not in self.step0_only:
-                    io.bind_ortvalue_input(name.replace("present", "past_key_values", 1), out)
+                    io.bind_ortvalue_input(name.replace("present", "past_key_values", 1), past)
             ids[:, 0] = nxt
-            session, binding = next_session, io
+            session, binding, out, banned = next_session, io, logits, self.suppress
         return tokens.tolist()
 
 
