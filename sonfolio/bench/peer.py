@@ -37,33 +37,12 @@ def whisper_tokenizer(model_dir: Path) -> bool:
     return all(name in vocab for name in WHISPER_NAMES)
 
 
-def _whisper_prompt(model_dir: Path) -> list[int]:
-    """<|startoftranscript|><|lang|><|task|><|notimestamps|> from the folder's
-    generation_config.json (a private stand-in for sonfolio.prompt, not in main yet).
-
-    Raises:
-        ValueError: the generation config lacks the language, the task or their ids.
-    """
-    path = model_dir / "generation_config.json"
-    gen = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    language, task = gen.get("language"), gen.get("task")
-    lang_ids, task_ids = gen.get("lang_to_id", {}), gen.get("task_to_id", {})
-    lang = language if language and language.startswith("<|") else f"<|{language}|>"
-    if lang not in lang_ids or task not in task_ids or "no_timestamps_token_id" not in gen:
-        raise ValueError(
-            f"{path}: a Whisper model's generation config needs language (one of lang_to_id), "
-            f"task (one of task_to_id) and no_timestamps_token_id; has language={language!r}, "
-            f"task={task!r}: save the model with its generation config (language fr, task "
-            "transcribe)"
-        )
-    start = gen["decoder_start_token_id"]
-    return [start, lang_ids[lang], task_ids[task], gen["no_timestamps_token_id"]]
-
-
 def decoder_prompt(model_dir: Path, bos_id: int) -> list[int]:
     """The prompt every runtime decodes after: Whisper's 4 tokens for Whisper's tokenizer, else
     the from-scratch tokenizer's start token."""
-    return _whisper_prompt(model_dir) if whisper_tokenizer(model_dir) else [bos_id]
+    from sonfolio import prompt
+
+    return prompt.read(model_dir).ids if whisper_tokenizer(model_dir) else [bos_id]
 
 
 def convert_ct2(model_dir: Path, out: Path) -> list[int]:
@@ -90,7 +69,9 @@ def convert_ct2(model_dir: Path, out: Path) -> list[int]:
         TransformersConverter(str(model_dir), copy_files=files).convert(
             str(out), quantization="int8", force=True
         )
-        return _whisper_prompt(model_dir)
+        from sonfolio import prompt
+
+        return prompt.read(model_dir).ids
     TransformersConverter(str(model_dir)).convert(str(out), quantization="int8", force=True)
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     vocab_path = out / "vocabulary.json"
