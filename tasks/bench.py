@@ -63,14 +63,19 @@ def torch_cases(model: Path) -> tuple[list[Case], dict[str, str]]:
 
 
 def onnx_cases(
-    export_cfg: Export, export_dir: Path, lean_loop: bool
+    export_cfg: Export, export_dir: Path, lean_loop: bool, optimum_rows: str | None = None
 ) -> tuple[list[Case], dict[str, str]]:
-    """ORT variants through optimum's ORTModel (`ort_*`), and through the plain greedy loop
-    (`ortloop_*`) when `lean_loop`; absent folders named with the reason."""
+    """ORT variants through optimum's ORTModel (`ort_*`) unless `optimum_rows` names the key
+    that turned them off, and through the plain greedy loop (`ortloop_*`) when `lean_loop`;
+    absent folders named with the reason."""
     cases, absent = [], {}
     for name in variant_names(export_cfg):
         folder = export_dir / name
-        runtimes = ["ort", "ortloop"] if lean_loop else ["ort"]
+        runtimes = ["ortloop"] if lean_loop else []
+        if optimum_rows:
+            absent[f"ort_{name}"] = f"not measured: {optimum_rows} is false"
+        else:
+            runtimes.insert(0, "ort")
         for runtime in runtimes:
             if folder.is_dir():
                 kind = "ort_loop" if runtime == "ortloop" else "ort"
@@ -118,7 +123,8 @@ def run(
         raise ValueError(f"{data}/manifest.jsonl has no test rows: rerun data@{track.name}")
     inputs, refs = track.bench_inputs(model, data, rows)
     cases, absent = torch_cases(model)
-    more, gone = onnx_cases(export_cfg, export_dir, cfg.lean_loop)
+    off = None if gate.optimum_rows else f"{track.name}_bench.optimum_rows"
+    more, gone = onnx_cases(export_cfg, export_dir, cfg.lean_loop, off)
     cases, absent = cases + more, {**absent, **gone}
 
     seconds: list[float] | None = None

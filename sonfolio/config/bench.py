@@ -32,12 +32,14 @@ class ScoreBench(Strict):
     """score_bench: the quality gate of the score variants."""
 
     max_ter_increase: Annotated[float, Field(ge=0.0)]  # vs torch FP32, absolute (0.01 = 1 point)
+    optimum_rows: bool  # also time each ONNX variant through optimum's generate (ort_*)
 
 
 class SpeechBench(Strict):
     """speech_bench: the quality gate of the speech variants, and the peer engine."""
 
     max_wer_increase: Annotated[float, Field(ge=0.0)]  # vs torch FP32, absolute
+    optimum_rows: bool  # also time each ONNX variant through optimum's generate (ort_*)
     ctranslate2: bool  # also measure the CTranslate2 int8 peer (faster-whisper's engine)
     # faster-whisper on our model converted to CTranslate2 int8 (needs Whisper's tokenizer)
     faster_whisper_finetuned: bool

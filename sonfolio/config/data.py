@@ -183,7 +183,7 @@ def check_clips_fit(data: SpeechData, tokenizer: SpeechTokenizer) -> None:
         ValueError: naming both keys and their values.
     """
     longest, window = data.max_duration_s, tokenizer.chunk_length_s
-    if tokenizer.base_model is None and longest > window:
+    if longest > window:  # a base's window is cut to chunk_length_s too
         raise ValueError(
             f"speech_data.max_duration_s = {longest} is longer than the model's input "
             f"window speech_tokenizer.chunk_length_s = {window}: lower the first or raise "

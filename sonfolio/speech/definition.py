@@ -115,8 +115,9 @@ class SpeechTrack:
     pipeline_tag = "automatic-speech-recognition"
     card_title = "Sonfolio French speech recognition (Whisper architecture)"
     card_summary = (
-        "A small Whisper trained from scratch on French speech, exported to ONNX with its "
-        "KV cache (merged decoder)."
+        "A Whisper for French speech (fine-tuned from a pretrained base, by default OpenAI "
+        "whisper-base, or trained from scratch), exported to ONNX with its KV cache (merged "
+        "decoder)."
     )
     card_data = (
         "French sentences spoken by espeak-ng voices (synthetic), or the hub corpus set in "
