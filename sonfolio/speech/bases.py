@@ -21,7 +21,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from sonfolio.speech.ct2_import import Ct2FolderError, import_folder, is_ct2_folder
+from sonfolio.speech.ct2_import import Ct2FolderError, check_files, import_folder, is_ct2_folder
 
 log = logging.getLogger(__name__)
 
@@ -170,6 +170,7 @@ def resolve(name: str, language: str | None = "fr", cache: Path | None = None) -
     if is_ct2_folder(path):
         cache.mkdir(parents=True, exist_ok=True)
         try:
+            check_files(path)
             return str(_imported(path, cache, lang))
         except Ct2FolderError as err:
             raise BaseModelError(str(err)) from err

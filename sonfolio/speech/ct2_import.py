@@ -32,14 +32,63 @@ _DTYPES = (np.float32, np.int8, np.int16, np.int32, np.float16, "bfloat16")
 MAX_VARIABLES = 10_000  # whisper-large has ~1,000: a count above this is a damaged header
 
 
+# Scalars of a WhisperSpec that describe the architecture: the values Whisper has (CTranslate2's
+# ActivationType: GELU = 3), checked, so another model under Whisper's names is refused rather
+# than imported wrong. num_heads is read; the rest only describe alignment or unused options
+# (ctranslate2 4.x writes the alibi ones too).
+WHISPER_FLAGS = {
+    "decoder/activation": 3,
+    "decoder/alibi": 0,
+    "decoder/pre_norm": 1,
+    "decoder/scale_embeddings": 0,
+    "decoder/start_from_zero_embedding": 0,
+}
+IGNORED_FLAGS = {
+    "encoder/num_heads",
+    "decoder/num_heads",
+    "decoder/alignment_heads",
+    "decoder/alignment_layer",
+    "decoder/alibi_use_positive_positions",
+    "decoder/scale_alibi",
+    "encoder/activation",
+    "encoder/pre_norm",
+    "encoder/scale_embeddings",
+}
+
+
 class Ct2FolderError(ValueError):
     """A CTranslate2 folder that is not a complete, readable Whisper; the message names the
     file and what to do."""
 
 
 def is_ct2_folder(path: Path) -> bool:
-    """Whether `path` looks like a CTranslate2 model folder (it holds a model.bin)."""
-    return path.is_dir() and (path / "model.bin").is_file()
+    """Whether `path` looks like a CTranslate2 model folder: it holds a model.bin, or a
+    config.json of CTranslate2's kind (no `model_type`; `lang_ids` or `suppress_ids`), so a
+    folder whose model.bin is missing is named as such, not read as a Hugging Face folder."""
+    if not path.is_dir():
+        return False
+    if (path / "model.bin").is_file():
+        return True
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return (
+        isinstance(config, dict)
+        and "model_type" not in config
+        and bool({"lang_ids", "suppress_ids", "suppress_ids_begin"} & set(config))
+    )
+
+
+def check_files(src: Path) -> None:
+    """Raises Ct2FolderError naming the first of model.bin, config.json, tokenizer.json that
+    `src` lacks."""
+    for name in CT2_FILES:
+        if not (src / name).is_file():
+            raise Ct2FolderError(
+                f"{src / name} is missing: a CTranslate2 Whisper folder holds "
+                f"{', '.join(CT2_FILES)} (faster-whisper's layout); copy the whole folder"
+            )
 
 
 class _Reader:
@@ -196,20 +245,13 @@ def state_dict(variables: dict[str, np.ndarray], path: Path) -> dict[str, np.nda
     out["model.decoder.embed_tokens.weight"] = take("decoder/embeddings/weight")
     out["proj_out.weight"] = out["model.decoder.embed_tokens.weight"]  # tied, as in Whisper
     used.add("decoder/projection/weight")  # tied to the embeddings (an alias in the file)
-    flags = {  # scalars that describe the architecture; only num_heads is read
-        "encoder/num_heads",
-        "decoder/num_heads",
-        "decoder/activation",
-        "decoder/alibi",
-        "decoder/alignment_heads",
-        "decoder/alignment_layer",
-        "decoder/pre_norm",
-        "decoder/scale_embeddings",
-        "decoder/start_from_zero_embedding",
-        "encoder/activation",
-        "encoder/pre_norm",
-        "encoder/scale_embeddings",
-    }
+    for name, want in WHISPER_FLAGS.items():
+        if name in variables and int(variables[name].reshape(-1)[0]) != want:
+            raise Ct2FolderError(
+                f"{path}: {name} = {int(variables[name].reshape(-1)[0])}, Whisper's is {want}: "
+                "not a Whisper this importer maps"
+            )
+    flags = set(WHISPER_FLAGS) | IGNORED_FLAGS
     unknown = sorted(set(variables) - used - flags)
     if unknown:
         raise Ct2FolderError(
@@ -250,12 +292,7 @@ def import_folder(src: Path, out: Path, language: str = "fr") -> Path:
         WhisperTokenizerFast,
     )
 
-    for name in CT2_FILES:
-        if not (src / name).is_file():
-            raise Ct2FolderError(
-                f"{src / name} is missing: a CTranslate2 Whisper folder holds "
-                f"{', '.join(CT2_FILES)} (faster-whisper's layout)"
-            )
+    check_files(src)
     spec, variables = read_model_bin(src / "model.bin")
     if spec != "WhisperSpec":
         raise Ct2FolderError(f"{src / 'model.bin'} holds a {spec}, not a WhisperSpec")
