@@ -112,7 +112,9 @@ def build_processor(
         processor = load_base(cfg.base_model, cfg.language)
         tok, features = processor.tokenizer, processor.feature_extractor
         if cfg.language and hasattr(tok, "set_prefix_tokens"):  # a Whisper tokenizer
-            tok.set_prefix_tokens(language=cfg.language, task="transcribe", predict_timestamps=False)
+            tok.set_prefix_tokens(
+                language=cfg.language, task="transcribe", predict_timestamps=False
+            )
         if cfg.chunk_length_s < features.chunk_length:  # a shorter window for short clips
             log.info(
                 "base window %d s cut to speech_tokenizer.chunk_length_s = %d s",
