@@ -132,16 +132,33 @@ def run_machine_command(args: argparse.Namespace) -> int:
     return estimate(args.params, tracks, args.steps, args.target_steps, args.json, args.out)
 
 
+def print_preset(name: str) -> int:
+    from sonfolio.config.presets import PresetError, exp_run_args
+
+    try:
+        print(" ".join(exp_run_args(name)))
+    except PresetError as err:
+        print(f"sonfolio preset: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sonfolio")
     sub = parser.add_subparsers(dest="command", required=True)
     check = sub.add_parser("check-params", help="validate params.yaml and run nothing")
     check.add_argument("path", nargs="?", default="params.yaml")
+    preset = sub.add_parser(
+        "preset", help="print a preset's -S overrides: dvc exp run $(sonfolio preset NAME)"
+    )
+    preset.add_argument("name", help="speech-from-scratch")
     add_inference_commands(sub)  # read, transcribe, serve
     add_machine_commands(sub)  # doctor, estimate
     args = parser.parse_args(argv)
     if args.command == "check-params":
         return check_params(args.path)
+    if args.command == "preset":
+        return print_preset(args.name)
     if args.command in INFERENCE_COMMANDS:
         return run_inference_command(args)
     if args.command in ("doctor", "estimate"):

@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 from project_repo import TARGET, copy_project, dvc, git, ran
 
-from sonfolio.config.params import Params, load_params
+from sonfolio.config.base import read_yaml
+from sonfolio.config.params import Params, load_params, parse_params
+from sonfolio.config.presets import apply
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,6 +24,13 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 @pytest.fixture(scope="session")
 def params() -> Params:
     return load_params(ROOT / "params.yaml")
+
+
+@pytest.fixture(scope="session")
+def scratch() -> Params:
+    """The real params.yaml with the speech-from-scratch preset laid over it (a tiny Whisper
+    and a project BPE: sonfolio/config/presets.py), for tests of that path."""
+    return parse_params(apply(read_yaml(ROOT / "params.yaml"), "speech-from-scratch"))
 
 
 @pytest.fixture(scope="session")

@@ -80,9 +80,13 @@ def save_speech(
     texts = texts or ["il fait beau à Paris", "bonjour"]
     tok = train_bpe((corpus or texts) * 4, 300, 1, 64)
     feats = build_feature_extractor(
-        params.speech_tokenizer.model_copy(update={"chunk_length_s": window_s})
+        params.speech_tokenizer.model_copy(update={"chunk_length_s": window_s, "base_model": None})
     )
-    model = build_speech(SpeechModel(base_model=None, size="tiny", language=None), tok, feats)
+    model = build_speech(
+        SpeechModel(base_model=None, size="tiny", language=None, frozen_encoder_layers=0),
+        tok,
+        feats,
+    )
     if audio is not None:
         x = feats(audio, sampling_rate=16000, return_tensors="pt")["input_features"]
         labels = label_ids(tok, texts, model.config.decoder_start_token_id)

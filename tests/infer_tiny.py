@@ -58,9 +58,15 @@ def speech_model(folder: Path, params: Params) -> Path:
     torch.manual_seed(0)
     tok = train_bpe([SENTENCE, "il fait beau", "à Paris"] * 4, 300, 1, 64)
     features = build_feature_extractor(
-        params.speech_tokenizer.model_copy(update={"chunk_length_s": SPEECH_WINDOW_S})
+        params.speech_tokenizer.model_copy(
+            update={"chunk_length_s": SPEECH_WINDOW_S, "base_model": None}
+        )
     )
-    model = build_speech(SpeechModel(base_model=None, size="tiny", language=None), tok, features)
+    model = build_speech(
+        SpeechModel(base_model=None, size="tiny", language=None, frozen_encoder_layers=0),
+        tok,
+        features,
+    )
     model.save_pretrained(str(folder))
     tok.save_pretrained(str(folder))
     features.save_pretrained(str(folder))

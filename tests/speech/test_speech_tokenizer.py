@@ -29,10 +29,11 @@ SPEECH = tracks.get("speech")
 
 
 @pytest.fixture(scope="module")
-def built(speech_dataset: Path, params: Params, tmp_path_factory) -> tuple[Path, dict]:
+def built(speech_dataset: Path, scratch: Params, tmp_path_factory) -> tuple[Path, dict]:
+    """The from-scratch preset's tokenizer stage: a BPE and a feature extractor built here."""
     out = tmp_path_factory.mktemp("speech_tok")
     stats = run(
-        params.speech_tokenizer,
+        scratch.speech_tokenizer,
         SPEECH,
         speech_dataset / "manifest.jsonl",
         out / "tok",
@@ -74,12 +75,12 @@ def test_clip_longer_than_the_window_fails(speech_dataset: Path, params, tmp_pat
 
 
 def test_round_trip_failure_fails_and_saves_nothing(
-    speech_dataset: Path, params, tmp_path, monkeypatch
+    speech_dataset: Path, scratch, tmp_path, monkeypatch
 ) -> None:
     monkeypatch.setattr(tokenizer_step, "round_trip_failures", lambda tok, texts: texts[:1])
     with pytest.raises(RoundTripError):
         run(
-            params.speech_tokenizer,
+            scratch.speech_tokenizer,
             SPEECH,
             speech_dataset / "manifest.jsonl",
             tmp_path / "tok",
@@ -117,9 +118,10 @@ def test_base_model_processor_is_taken_as_it_is(speech_dataset: Path, params, tm
     original = WhisperProcessor.from_pretrained(base)
     assert saved.tokenizer.get_vocab() == original.tokenizer.get_vocab()
     assert stats["vocab_size"] == len(original.tokenizer)  # not speech_tokenizer.vocab_size
+    # the base's 30-s window cut to speech_tokenizer.chunk_length_s (short clips)
     assert (saved.feature_extractor.feature_size, saved.feature_extractor.chunk_length) == (
         128,
-        30,
+        cfg.chunk_length_s,
     )
     assert json.loads((tmp_path / "s.json").read_text())["base_model"] == str(base)
     sample = texts[-1]
@@ -149,3 +151,29 @@ def test_feature_extractor_matches_whisper_defaults_at_30_s(params: Params) -> N
     a = ours(x, sampling_rate=SAMPLE_RATE, return_tensors="np")["input_features"]
     b = theirs(x, sampling_rate=SAMPLE_RATE, return_tensors="np")["input_features"]
     assert np.array_equal(a, b)
+
+
+def test_a_language_the_base_does_not_know_is_named(speech_dataset: Path, params, tmp_path):
+    cfg = params.speech_tokenizer.model_copy(update={"language": "xx"})
+    assert cfg.base_model == "package:whisper-base"
+    with pytest.raises(BaseModelUnavailable, match=r"whisper-base.*no <\|xx\|> token"):
+        run(cfg, SPEECH, speech_dataset / "manifest.jsonl", tmp_path / "tok", tmp_path / "s.json")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_labels_start_with_whisper_s_french_prompt(speech_dataset: Path, params, tmp_path):
+    """The default: whisper-base's own tokenizer, labels prefixed <|fr|><|transcribe|>
+    <|notimestamps|> (after the decoder start token), and its window cut to 8 s."""
+    run(
+        params.speech_tokenizer,
+        SPEECH,
+        speech_dataset / "manifest.jsonl",
+        tmp_path / "tok",
+        tmp_path / "s.json",
+    )
+    saved = WhisperProcessor.from_pretrained(tmp_path / "tok")
+    ids = saved.tokenizer("Bonjour.")["input_ids"]
+    names = saved.tokenizer.convert_ids_to_tokens(ids)
+    assert names[:4] == ["<|startoftranscript|>", "<|fr|>", "<|transcribe|>", "<|notimestamps|>"]
+    assert names[-1] == "<|endoftext|>" and ids[1] == 50265  # <|fr|> in Whisper's vocabulary
+    assert saved.feature_extractor.chunk_length == params.speech_tokenizer.chunk_length_s

@@ -25,7 +25,9 @@ def score_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def speech_data(params: Params, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """data/ (manifest + wavs) and processor/ from the real stages, 40 clips."""
+    """data/ (manifest + wavs) from the real stage, 40 clips; processor/ from the tokenizer
+    stage under the from-scratch preset (a BPE), processor_base/ under the default (the
+    installed whisper-base's own tokenizer and feature extractor)."""
     from sonfolio import tracks
     from tasks.data import run as data_run
     from tasks.tokenizer import run as tokenizer_run
@@ -43,12 +45,9 @@ def speech_data(params: Params, tmp_path_factory: pytest.TempPathFactory) -> Pat
         root / "data",
         root / "speech_data.json",
     )
-    tok_cfg = params.speech_tokenizer.model_copy(update={"vocab_size": 300})
-    tokenizer_run(
-        tok_cfg,
-        speech,
-        root / "data" / "manifest.jsonl",
-        root / "processor",
-        root / "speech_tokenizer.json",
-    )
+    manifest = root / "data" / "manifest.jsonl"
+    tok_cfg = params.speech_tokenizer.model_copy(update={"vocab_size": 300, "base_model": None})
+    tokenizer_run(tok_cfg, speech, manifest, root / "processor", root / "speech_tokenizer.json")
+    base = params.speech_tokenizer
+    tokenizer_run(base, speech, manifest, root / "processor_base", root / "base_tokenizer.json")
     return root

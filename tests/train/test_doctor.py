@@ -26,9 +26,9 @@ def with_tokenizers(params: Params, score_tok: Path, speech_tok: Path) -> Params
 
 @CPU_ONLY
 def test_doctor_on_cpu_says_fp32_with_its_reason_and_measures_a_matmul(
-    params, score_data, tmp_path
+    params, scratch, score_data, tmp_path
 ):
-    p = with_tokenizers(params, score_data / "tokenizer", tmp_path / "no_tokenizer")
+    p = with_tokenizers(scratch, score_data / "tokenizer", tmp_path / "no_tokenizer")
     report = diagnose(p, ["score", "speech"], matmul_seconds=0.2)
     assert report["backend"] == "cpu"
     assert report["gpu"] is None and report["bf16_supported"] is False
@@ -45,6 +45,10 @@ def test_doctor_on_cpu_says_fp32_with_its_reason_and_measures_a_matmul(
     assert score["compile"].startswith("off")
     # a track whose tokenizer stage has not run: doctor says which stage to run, not a crash
     assert "dvc repro tokenizer@speech" in report["tracks"]["speech"]["attention"]
+    # a base model needs no tokenizer stage: doctor reads the base's own config
+    p = with_tokenizers(params, score_data / "tokenizer", tmp_path / "no_tokenizer")
+    speech = diagnose(p, ["speech"], matmul_seconds=0.05)["tracks"]["speech"]
+    assert "package:whisper-base" in speech["attention"], speech
 
 
 @CPU_ONLY

@@ -4,6 +4,7 @@ later stages load, corrupt samples skipped, counted and capped, and NaN recovery
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,6 +22,7 @@ from sonfolio.train.stability import TrainingDiverged
 
 SCORE_LOSSES = [22.9333, 14.0483]  # pinned: a change here is a change in what training computes
 SPEECH_LOSSES = [10.4896, 9.6347]  # with speech_train.ctc_pool: 2
+BASE_LOSSES = [3.6417, 2.5926]  # whisper-base, 4 of 6 encoder blocks frozen, lr 1e-4
 
 
 def losses(metrics_history: list[dict]) -> list[float]:
@@ -68,11 +70,18 @@ def test_score_train_reports_what_the_saved_model_reads(score_data, tmp_path):
     assert not (tmp_path / "attention" / "model" / HEAD_FILE).exists()  # the head: training only
 
 
-def test_speech_two_steps_pinned(speech_data, params, tmp_path):
+@pytest.mark.parametrize(
+    ("preset", "processor", "losses"),
+    [("from scratch", "processor", SPEECH_LOSSES), ("whisper-base", "processor_base", BASE_LOSSES)],
+)
+def test_speech_two_steps_pinned(speech_data, params, scratch, tmp_path, preset, processor, losses):
+    """Two steps of the from-scratch tiny Whisper, and two of the default: the installed
+    whisper-base fine-tuned with its lower encoder frozen and its window cut to 8 s."""
     from sonfolio.speech.track import SpeechTraining
     from tasks.train import run
 
-    cfg = params.speech_train.model_copy(
+    chosen = scratch if preset == "from scratch" else params
+    cfg = chosen.speech_train.model_copy(
         update={
             "effective_batch": 8,
             "max_steps": 2,
@@ -87,7 +96,7 @@ def test_speech_two_steps_pinned(speech_data, params, tmp_path):
         SpeechTraining(cfg),
         params.engine_options("default"),
         speech_data / "data",
-        speech_data / "processor",
+        speech_data / processor,
         tmp_path / "model",
         tmp_path / "m.json",
         tmp_path / "ckpt",
@@ -95,11 +104,22 @@ def test_speech_two_steps_pinned(speech_data, params, tmp_path):
     )
     history = (tmp_path / "live" / "plots" / "metrics" / "train" / "loss.tsv").read_text()
     got = [round(float(line.split("\t")[1]), 4) for line in history.splitlines()[1:]]
-    assert got == pytest.approx(SPEECH_LOSSES, rel=1e-3)
+    assert got == pytest.approx(losses, rel=1e-3)
     model = WhisperForConditionalGeneration.from_pretrained(tmp_path / "model")
     assert model.config.max_source_positions == 400  # 8 s window: 800 frames / 2
     AutoFeatureExtractor.from_pretrained(tmp_path / "model")
     assert metrics["test_cer"] >= 0.0
+    if preset == "whisper-base":  # the frozen blocks kept the base's weights, the rest moved
+        from safetensors.torch import load_file
+
+        from sonfolio.speech.bases import resolve
+
+        base = load_file(Path(resolve(chosen.speech_train.model.base_model)) / "model.safetensors")
+        tuned = model.state_dict()
+        frozen = "model.encoder.layers.0.fc1.weight"
+        assert torch.equal(tuned[frozen], base[frozen])
+        moved = "model.decoder.layers.0.fc1.weight"
+        assert not torch.equal(tuned[moved], base[moved])
 
 
 @pytest.fixture
