@@ -94,12 +94,15 @@ def run(
     out: Path,
     metrics_path: Path,
     tool: Any = None,
+    baselines: list[Path] | None = None,
 ) -> dict[str, Any]:
     """Evaluate each variant folder (the first is the reference) on cfg.splits.
 
     Args:
         tool: what the track's scorer runs outside Python (its definition's eval_tool: score,
             the LilyPond binary; speech, None).
+        baselines: models scored after the variants as what training started from (speech:
+            the untouched base); named in the metrics' `baselines`.
 
     Raises:
         VariantError: a variant folder cannot be loaded or is a model of another track.
@@ -126,7 +129,8 @@ def run(
             log.info("%s %s: %s", v.name, split, shown)
             return _round(m)
 
-        per_variant = variants.evaluate_all(variant_dirs, track.name, cfg.threads, splits, one)
+        every = variant_dirs + (baselines or [])
+        per_variant = variants.evaluate_all(every, track.name, cfg.threads, splits, one)
     result = variants.quality_results(
         per_variant,
         variant_dirs[0].name,
@@ -135,6 +139,7 @@ def run(
         out / "quality.csv",
         start,
     )
+    result["baselines"] = [b.name for b in baselines or []]
     write_json(metrics_path, result)
     return result
 
@@ -153,10 +158,11 @@ def main() -> None:
             cfg,
             definition,
             paths.data,
-            variants.discover(paths.model, paths.export) + baselines,
+            variants.discover(paths.model, paths.export),
             paths.eval,
             params.paths.metrics / f"{track}_{STEP}.json",
             definition.eval_tool(params),
+            baselines,
         )
 
 

@@ -126,8 +126,10 @@ def speech_eval(root: Path) -> dict:
         {"audio": "data/speech/audio/test/gone.wav", "ref": "a", "hyp": "b", "wer": 1.0},
     ]  # fmt: skip
     split = {"wer": 1.0242, "cer": 0.7888, "delta_wer": 0.0, "clips": 2, "worst": worst}
-    return {"reference": "speech_fp32", "variants": {"speech_fp32": {"kind": "torch",
-            "splits": {"test": split}}}}  # fmt: skip
+    base = {"wer": 1.5, "cer": 0.9, "delta_wer": 0.4758, "clips": 2, "worst": worst}
+    found = {"speech_fp32": {"kind": "torch", "splits": {"test": split}},
+             "base_zero_shot": {"kind": "torch", "splits": {"test": base}}}  # fmt: skip
+    return {"reference": "speech_fp32", "baselines": ["base_zero_shot"], "variants": found}
 
 
 def bench(quality: str, peer: bool) -> dict:
@@ -213,6 +215,19 @@ def test_full_run_renders_every_part_with_resolving_links(run_dir, params):
     # QAT vs PTQ, the cost table, the run's conditions
     assert "QAT val loss best" in html and "H100 SXM" in html and "$1.25" in html
     assert "git commit" in html and "report made (UTC)" in html
+
+
+def test_the_untouched_base_stands_beside_the_trained_model(run_dir, params):
+    """Speech: the base before fine-tuning (zero-shot) and after, on the same clips."""
+    out = run_dir / "reports"
+    run(params.report, sources(run_dir), out)
+    html = (out / "index.html").read_text(encoding="utf-8")
+    assert "Before and after training" in html
+    table = html[html.index("Before and after training") :]
+    table = table[: table.index("</table>")]
+    for cell in ("base_zero_shot (before training)", "speech_fp32 (trained)", "1.5", "1.024"):
+        assert cell in table, cell
+    assert "-0.4758" in table and "-0.1112" in table  # trained minus before: WER, CER
 
 
 def test_latency_csv_has_one_row_per_measured_variant(run_dir, params):

@@ -34,6 +34,36 @@ def quality_table(track: ReportTrack, ev: dict[str, Any]) -> Table:
     )
 
 
+def before_after_table(track: ReportTrack, ev: dict[str, Any]) -> Table | None:
+    """What training changed: each baseline the eval scored (speech: the untouched base,
+    zero-shot) beside the trained reference, per split; None when there is none."""
+    ref_name, found = ev.get("reference"), ev["variants"]
+    if ref_name not in found:
+        return None
+    keys = track.eval_delta_keys
+    rows = []
+    for name in ev.get("baselines", []):
+        for split, before in found.get(name, {}).get("splits", {}).items():
+            after = found[ref_name]["splits"].get(split, {})
+            change = [
+                fmt(after[k] - before[k]) if k in after and k in before else "—" for k in keys
+            ]
+            rows += [
+                [split, f"{name} (before training)", *(fmt(before.get(k)) for k in keys)],
+                [split, f"{ref_name} (trained)", *(fmt(after.get(k)) for k in keys)],
+                [split, "change", *change],
+            ]
+    if not rows:
+        return None
+    return Table(
+        "Before and after training",
+        ["split", "model", *keys],
+        rows,
+        "The same samples, the same decoding; change = trained minus before (negative = fewer "
+        "errors).",
+    )
+
+
 def quality_plot(track: ReportTrack, ev: dict[str, Any], dest: Path, dpi: int) -> None:
     key = track.report_quality[0]
     variants = list(ev["variants"])
@@ -67,6 +97,8 @@ def eval_section(track: ReportTrack, src: Sources, out: Path, cfg: Report) -> Se
         section.items.append(missing(path, track.name, "eval"))
         return section
     section.items.append(quality_table(track, ev))
+    if (table := before_after_table(track, ev)) is not None:
+        section.items.append(table)
     name = f"assets/{track.name}_quality.png"
     quality_plot(track, ev, out / name, cfg.dpi)
     section.items.append(Figure(name, f"{track.report_quality[0].upper()} per variant and split"))
