@@ -176,3 +176,27 @@ def test_a_training_stage_checks_its_preset():
     raw["score_train"]["preset"] = "warp"
     with pytest.raises(ParamsError, match=r"score_train\.preset = 'warp' is not a train_presets"):
         parse_sections(TrainParams, raw)
+
+
+def test_the_from_scratch_preset_is_valid_params_and_prints_dvc_overrides(capsys):
+    """`dvc exp run $(sonfolio preset speech-from-scratch)`: every key it sets exists and the
+    result validates; the overrides are YAML (null, lists) as `-S` reads them."""
+    from sonfolio.cli import main
+    from sonfolio.config.presets import PresetError, apply
+
+    params = parse_params(apply(raw_params(), "speech-from-scratch"))
+    assert params.speech_tokenizer.base_model is None
+    assert params.speech_train.model.base_model is None and params.speech_eval.splits == [
+        "test",
+        "val",
+    ]
+    assert main(["preset", "speech-from-scratch"]) == 0
+    args = capsys.readouterr().out.split()
+    assert args[:2] == ["-S", "speech_data.synthetic.utterances=4000"]
+    assert "speech_tokenizer.base_model=null" in args and "speech_eval.splits=[test,val]" in args
+    assert main(["preset", "nope"]) == 2
+    assert "known: speech-from-scratch" in capsys.readouterr().err
+    raw = raw_params()
+    del raw["speech_train"]["lr"]  # an older params.yaml without a key the preset sets
+    with pytest.raises(PresetError, match=r"speech_train\.lr is not a params\.yaml key"):
+        apply(raw, "speech-from-scratch")
