@@ -132,9 +132,10 @@ def assemble(name: str, out: Path) -> Path:
     return out
 
 
-def _imported(ct2: Path, cache: Path, language: str) -> Path:
-    """The Hugging Face copy of CTranslate2 folder `ct2`, made once per model.bin."""
-    key = f"{sha256(ct2 / 'model.bin')[:16]}-{language}-v{IMPORTER_VERSION}"
+def _imported(ct2: Path, cache: Path, language: str, model_sha: str | None = None) -> Path:
+    """The Hugging Face copy of CTranslate2 folder `ct2`, made once per model.bin (whose
+    sha256 the caller may already know: a pinned, checked package)."""
+    key = f"{(model_sha or sha256(ct2 / 'model.bin'))[:16]}-{language}-v{IMPORTER_VERSION}"
     out = cache / f"hf-{key}"
     if (out / "model.safetensors").is_file():
         return out
@@ -165,8 +166,9 @@ def resolve(name: str, language: str | None = "fr", cache: Path | None = None) -
         pinned = PACKAGED.get(key)
         if not (pinned and (ct2 / "model.bin").is_file() and _matches(ct2, pinned)):
             assemble(key, ct2)
+        known = pinned.sha256.get("model.bin") if pinned else None  # checked just above
         try:
-            return str(_imported(ct2, cache, lang))
+            return str(_imported(ct2, cache, lang, known))
         except Ct2FolderError as err:
             raise BaseModelError(str(err)) from err
     path = Path(name)

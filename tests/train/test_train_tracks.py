@@ -108,7 +108,8 @@ def test_speech_two_steps_pinned(speech_data, params, scratch, tmp_path, preset,
     model = WhisperForConditionalGeneration.from_pretrained(tmp_path / "model")
     assert model.config.max_source_positions == 400  # 8 s window: 800 frames / 2
     AutoFeatureExtractor.from_pretrained(tmp_path / "model")
-    assert metrics["test_cer"] >= 0.0
+    rows = (speech_data / "data" / "manifest.jsonl").read_text().splitlines()
+    assert metrics["test_clips"] == sum('"split": "test"' in r for r in rows) > 0  # none dropped
     if preset == "whisper-base":  # the frozen blocks kept the base's weights, the rest moved
         from safetensors.torch import load_file
 
