@@ -1,18 +1,46 @@
 """Process pools with a progress bar, for stages whose work is single-threaded per item
-(music21, LilyPond, espeak-ng): one process per core, results in input order."""
+(music21, LilyPond, espeak-ng): one process per core, results in input order.
+
+Why not `concurrent.futures.ProcessPoolExecutor`: it cannot stop one task. A hostile file can
+keep music21 busy for many minutes (issue 19: a 300 KB .mxl ran for 10 minutes past 8 GB), and
+only killing the process that parses it stops it, so each worker here is a process the pool
+owns and kills when its item runs past `time_limit_s`; the item is then reported through
+`lost` (counted as skipped by the caller), and a fresh worker takes its place. (pebble does
+this too, but is not a dependency; the supervisor below is ~100 lines of the standard library.)
+When the stage is stopped (Ctrl-C, SIGTERM), every worker is stopped before the stage exits:
+no orphan process keeps running, and their `finally` blocks (temporary folders) run.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
-from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
-from typing import TypeVar
+import signal
+import threading
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from typing import Any, Generic, TypeVar
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+_STOP_GRACE_S = 2.0  # a worker asked to stop (SIGTERM) is killed (SIGKILL) after this
+_PARENT_CHECK_S = 1.0  # an idle worker checks this often that the stage is still alive
+
+
+class WorkerLost(RuntimeError):
+    """A worker died (or ran past its time limit) and the caller gave no `lost` fallback."""
+
+
+class RemoteError(RuntimeError):
+    """The traceback of an exception raised in a worker (the cause of the re-raised one)."""
 
 
 def worker_count(configured: int) -> int:
@@ -30,20 +58,177 @@ def progress() -> Progress:
     )
 
 
-def pool_map(fn: Callable[[T], R], items: Sequence[T], workers: int, label: str) -> Iterable[R]:
-    """Map in a process pool (in order) with a progress bar; in-process when workers == 1."""
+@contextlib.contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """Within the block, SIGTERM raises SystemExit(143) instead of ending the process at once,
+    so `finally` blocks run: workers are stopped, staged output folders removed. Only the main
+    thread may set signal handlers; elsewhere the block does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
+def pool_map(
+    fn: Callable[[T], R],
+    items: Sequence[T],
+    workers: int,
+    label: str,
+    *,
+    time_limit_s: float | None = None,
+    lost: Callable[[T, str], R] | None = None,
+) -> Iterable[R]:
+    """Map in a pool of processes (in order) with a progress bar.
+
+    In-process when workers == 1 and there is no time limit (a limit needs a process to kill).
+
+    Args:
+        time_limit_s: an item still running after this many seconds has its worker killed.
+        lost: the result for an item whose worker was killed for time ("timeout") or died
+            ("worker_died", e.g. killed for memory); None raises WorkerLost instead.
+    """
     with progress() as bar:
         task = bar.add_task(label, total=len(items))
-        if workers == 1:
+        if workers == 1 and time_limit_s is None:
             for item in items:
                 yield fn(item)
                 bar.advance(task)
             return
-        ctx = multiprocessing.get_context("fork")  # workers inherit the imported modules
-        with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
-            for res in pool.map(fn, items, chunksize=1):
+        with sigterm_raises():
+            for res in _supervise(fn, items, max(1, workers), time_limit_s, lost):
                 yield res
                 bar.advance(task)
+
+
+@dataclass
+class _Worker(Generic[T]):
+    process: Any  # multiprocessing's fork-context Process
+    conn: Connection
+    job: tuple[int, T] | None = None
+    deadline: float = field(default=float("inf"))
+
+    def stop(self) -> None:
+        """SIGTERM (the worker's handler runs its `finally` blocks), then SIGKILL."""
+        if self.process.is_alive():
+            self.process.terminate()
+            self.process.join(_STOP_GRACE_S)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+        self.conn.close()
+
+
+def _start(fn: Callable[[T], R]) -> _Worker[T]:
+    ctx = multiprocessing.get_context("fork")  # workers inherit the imported modules
+    parent_end, child_end = ctx.Pipe()
+    process = ctx.Process(target=_work, args=(child_end, fn, os.getpid()), daemon=True)
+    process.start()
+    child_end.close()
+    return _Worker(process, parent_end)
+
+
+def _work(conn: Connection, fn: Callable[[Any], Any], parent: int) -> None:
+    # Ctrl-C reaches the whole process group: the parent stops the workers, so they ignore it
+    # (else each prints a traceback). SIGTERM raises, so that `finally` blocks run.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    while True:
+        if not conn.poll(_PARENT_CHECK_S):
+            if os.getppid() != parent:  # the stage was killed outright (SIGKILL): stop too
+                return
+            continue
+        job = conn.recv()
+        if job is None:
+            return
+        try:
+            conn.send(("ok", fn(job)))
+        except Exception as exc:
+            remote = traceback.format_exc()
+            try:
+                conn.send(("error", exc, remote))
+            except Exception:  # the exception itself does not pickle: send its text
+                conn.send(("error", RuntimeError(f"{type(exc).__name__}: {exc}"), remote))
+
+
+def _supervise(
+    fn: Callable[[T], R],
+    items: Sequence[T],
+    workers: int,
+    time_limit_s: float | None,
+    lost: Callable[[T, str], R] | None,
+) -> Iterator[R]:
+    pending = deque(enumerate(items))
+    done: dict[int, R] = {}
+    pool: list[_Worker[T]] = []
+    next_out = 0
+    try:
+        pool = [_start(fn) for _ in range(min(workers, len(items)))]
+        while next_out < len(items):
+            for w in pool:
+                if w.job is None and pending:
+                    w.job = pending.popleft()
+                    w.deadline = time.monotonic() + (time_limit_s or float("inf"))
+                    w.conn.send(w.job[1])
+            while next_out in done:
+                yield done.pop(next_out)
+                next_out += 1
+            busy = [w for w in pool if w.job is not None]
+            if not busy:
+                continue
+            nearest = min(w.deadline for w in busy)  # inf: no time limit, wait for any
+            timeout = None if nearest == float("inf") else max(0.0, nearest - time.monotonic())
+            wait([w.conn for w in busy] + [w.process.sentinel for w in busy], timeout)
+            for k, w in enumerate(pool):
+                outcome = _collect(w, lost)
+                if outcome is None:
+                    continue
+                index, result, replace = outcome
+                done[index] = result
+                if replace:
+                    w.stop()
+                    pool[k] = _start(fn)
+    finally:
+        for w in pool:
+            with contextlib.suppress(OSError):
+                if w.job is None and w.process.is_alive():
+                    w.conn.send(None)  # idle: let it return on its own
+            w.stop()
+
+
+def _collect(w: _Worker[T], lost: Callable[[T, str], R] | None) -> tuple[int, R, bool] | None:
+    """The busy worker's result if it has one: (index, result, whether to replace it)."""
+    if w.job is None:
+        return None
+    index, item = w.job
+    reason = None
+    if w.conn.poll():
+        try:
+            message = w.conn.recv()
+        except (EOFError, OSError):  # died while sending
+            reason = "worker_died"
+        else:
+            w.job = None
+            if message[0] == "error":
+                raise message[1] from RemoteError(message[2])
+            return index, message[1], False
+    elif not w.process.is_alive():
+        reason = "worker_died"
+    elif time.monotonic() >= w.deadline:
+        reason = "timeout"
+    if reason is None:
+        return None
+    w.job = None
+    if lost is None:
+        raise WorkerLost(f"a worker {'ran past its time limit' if reason == 'timeout' else 'died'}")
+    return index, lost(item, reason), True
 
 
 def batched(items: Sequence[T], n: int) -> list[Sequence[T]]:

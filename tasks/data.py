@@ -26,6 +26,7 @@ from sonfolio.config.data import DataParams
 from sonfolio.config.sections import load_sections
 from sonfolio.io import file_sha256, staged_dir, write_json, write_jsonl
 from sonfolio.logs import setup_logging
+from sonfolio.parallel import sigterm_raises
 
 log = logging.getLogger(__name__)
 
@@ -73,13 +74,16 @@ def main() -> None:
     setup_logging()
     track = tracks.from_argv(sys.argv[1:], "data")
     params = load_sections(DataParams)
-    run(
-        params.section(track, "data"),
-        tracks.get(track),
-        params.paths.download_cache,
-        params.paths.track(track).data,
-        params.paths.metrics / f"{track}_data.json",
-    )
+    # A stopped stage (SIGTERM from DVC, Prefect or `kill`) unwinds like Ctrl-C: its workers
+    # are stopped and its staged folder removed, instead of both being left behind.
+    with sigterm_raises():
+        run(
+            params.section(track, "data"),
+            tracks.get(track),
+            params.paths.download_cache,
+            params.paths.track(track).data,
+            params.paths.metrics / f"{track}_data.json",
+        )
 
 
 if __name__ == "__main__":

@@ -62,6 +62,18 @@ class ScoreSplit(Strict):
     seed: int
 
 
+class ScoreLimits(Strict):
+    """score_data.limits: bounds on what one source file or archive may cost (hostile or
+    careless input: docs/security.md). A file over a limit is skipped and counted with its
+    reason; an archive over one is refused before anything is written."""
+
+    max_file_mb: Annotated[float, Field(gt=0.0)]  # a music file (an .mxl: unpacked) to parse
+    parse_timeout_s: Annotated[float, Field(gt=0.0)]  # a piece parsing longer is killed
+    archive_max_mb: Annotated[float, Field(gt=0.0)]  # an archive's total unpacked size
+    archive_max_members: Positive  # files and folders in an archive
+    archive_max_ratio: Annotated[float, Field(ge=1.0)]  # unpacked bytes / archive bytes
+
+
 class ScoreData(Strict):
     """score_data: where the music comes from and how each staff system is rendered."""
 
@@ -73,6 +85,7 @@ class ScoreData(Strict):
     augment: Augment
     split: ScoreSplit
     max_skip_fraction: Fraction01
+    limits: ScoreLimits
     systems_per_process: Annotated[int, Field(ge=1, le=2000)]
     workers: Annotated[int, Field(ge=0)]  # 0: one per CPU core
     lilypond: str | None  # null: the binary from `pip install lilypond`, else PATH

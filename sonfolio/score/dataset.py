@@ -6,7 +6,11 @@ collections to measure generalisation to music the model never saw the like of.
 
 A source file that cannot be parsed is skipped and counted by reason; past
 `score_data.max_skip_fraction` of all pieces the build fails and lists them. A system whose
-render disagrees with its text (a failed bar check) is dropped and counted.
+render disagrees with its text (a failed bar check) is dropped and counted. A piece still
+parsing after `score_data.limits.parse_timeout_s` has its worker killed and is skipped
+("timeout"), as is one whose worker died ("worker_died", e.g. killed for memory); a file over
+`score_data.limits.max_file_mb` is skipped unread ("too_large"). A split the settings ask for
+that comes out empty fails the build, saying what to change, instead of failing training later.
 """
 
 from __future__ import annotations
@@ -27,11 +31,11 @@ from sonfolio.score.convert import systems_from_score
 from sonfolio.score.lilypond import find_lilypond
 from sonfolio.score.parse import SourceError, abc_tune_score, abc_tunes, pieces_from_file
 from sonfolio.score.render import RenderJob, RenderSettings, render_batch
-from sonfolio.score.sources import Unit, list_units
+from sonfolio.score.sources import Unit, display_name, list_units
 from sonfolio.score.synth import synth_systems
 
 if TYPE_CHECKING:
-    from sonfolio.config.data import ScoreData, ScoreSplit
+    from sonfolio.config.data import ScoreData, ScoreLimits, ScoreSplit
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +44,10 @@ SPLITS = ("train", "val", "test", "heldout")
 
 class TooManySkipped(RuntimeError):
     """More source files were unusable than score_data.max_skip_fraction allows."""
+
+
+class EmptySplit(RuntimeError):
+    """A split the settings ask for has no system; the message says what to change."""
 
 
 @dataclass
@@ -63,11 +71,11 @@ class Entry:
     split: str
 
 
-def parse_unit(unit: Unit, bars_per_system: int) -> Parsed:
+def parse_unit(unit: Unit, bars_per_system: int, limits: ScoreLimits | None = None) -> Parsed:
     """Parse one piece and cut it into canonical systems; never raises for a bad file."""
     try:
         if unit.tune is None:
-            scores = pieces_from_file(unit.path)
+            scores = pieces_from_file(unit.path, limits=limits)
         else:
             _, block = abc_tunes(unit.path.read_text(encoding="utf-8", errors="replace"))[unit.tune]
             scores = [("", abc_tune_score(unit.piece, block))]
@@ -83,6 +91,30 @@ def parse_unit(unit: Unit, bars_per_system: int) -> Parsed:
     if not parsed.systems and not parsed.dropped:
         parsed.skip_reason = "empty"
     return parsed
+
+
+def lost_unit(unit: Unit, reason: str, limits: ScoreLimits) -> Parsed:
+    """What a unit gives when its worker was killed for time or died: skipped, counted."""
+    if reason == "timeout":
+        log.warning(
+            "skipping %s: still parsing after %g s (score_data.limits.parse_timeout_s: raise it "
+            "in params.yaml to wait longer); its worker was killed",
+            unit.piece,
+            limits.parse_timeout_s,
+        )
+    else:
+        log.warning("skipping %s: its worker died while parsing it (out of memory?)", unit.piece)
+    return Parsed(unit, skip_reason=reason)
+
+
+def parse_units(units: Sequence[Unit], cfg: ScoreData) -> list[Parsed]:
+    """Parse every unit in a pool, each within score_data.limits.parse_timeout_s; a unit whose
+    worker was killed (or died) comes back skipped with the reason."""
+    parse = partial(parse_unit, bars_per_system=cfg.bars_per_system, limits=cfg.limits)
+    lost = partial(lost_unit, limits=cfg.limits)
+    workers = worker_count(cfg.workers)
+    limit = cfg.limits.parse_timeout_s
+    return list(pool_map(parse, units, workers, "parsing pieces", time_limit_s=limit, lost=lost))
 
 
 def split_of(piece: str, collection: str, cfg: ScoreSplit) -> str:
@@ -141,7 +173,9 @@ def check_skips(parsed: list[Parsed], max_fraction: float) -> Counter[str]:
     """
     skipped = [p for p in parsed if p.skip_reason]
     if parsed and len(skipped) / len(parsed) > max_fraction:
-        listing = "\n".join(f"  {p.unit.path} [{p.unit.piece}]: {p.skip_reason}" for p in skipped)
+        listing = "\n".join(
+            f"  {display_name(p.unit.path)} [{p.unit.piece}]: {p.skip_reason}" for p in skipped
+        )
         raise TooManySkipped(
             f"{len(skipped)} of {len(parsed)} pieces could not be used "
             f"({len(skipped) / len(parsed):.1%} > score_data.max_skip_fraction = "
@@ -150,6 +184,37 @@ def check_skips(parsed: list[Parsed], max_fraction: float) -> Counter[str]:
     for p in skipped:
         log.warning("skipped %s: %s", p.unit.piece, p.skip_reason)
     return Counter(p.skip_reason for p in skipped if p.skip_reason)
+
+
+def check_splits(entries: Sequence[Entry], cfg: ScoreData, when: str) -> None:
+    """Fail when a split is empty that training needs (train, val) or the settings ask for
+    (test with a share above 0, heldout with collections named): training would die on it
+    later, or the evaluation would silently have nothing to score.
+
+    Raises:
+        EmptySplit: naming the split, how many pieces there were, and the key to change.
+    """
+    fixes = {
+        "train": "add pieces, or lower score_data.split.val and score_data.split.test",
+        "val": (
+            f"add pieces, or raise score_data.split.val (now {cfg.split.val:g}): training "
+            "needs val systems"
+        ),
+    }
+    if cfg.split.test > 0:
+        fixes["test"] = "add pieces or set score_data.split.test to 0"
+    if cfg.split.heldout_collections:
+        fixes["heldout"] = (
+            f"add pieces to {cfg.split.heldout_collections} or set "
+            "score_data.split.heldout_collections to []"
+        )
+    pieces = len({e.piece for e in entries if e.collection != "synthetic"})
+    for split, fix in fixes.items():
+        if not any(e.split == split for e in entries):
+            raise EmptySplit(
+                f"{pieces} piece(s) give 0 {split} systems {when}: {fix} in params.yaml (splits "
+                "are drawn by piece, so a small corpus can leave one empty)"
+            )
 
 
 def render_all(entries: list[Entry], cfg: ScoreData, lilypond: Path, out: Path) -> list[str | None]:
@@ -196,21 +261,23 @@ def build(
     Raises:
         LilyPondNotFound: before any parsing. SourceConfigError: a source cannot be read.
         TooManySkipped: more pieces than score_data.max_skip_fraction could not be parsed.
+        EmptySplit: a split the settings ask for has no system.
     """
     lilypond = find_lilypond(cfg.lilypond)  # fail before any parsing if it is missing
-    units = [u for s in cfg.sources for u in list_units(s, download_cache, cfg.seed)]
+    units = [u for s in cfg.sources for u in list_units(s, download_cache, cfg.seed, cfg.limits)]
     workers = worker_count(cfg.workers)
     log.info("%d pieces from %d source(s), %d worker(s)", len(units), len(cfg.sources), workers)
-    parse = partial(parse_unit, bars_per_system=cfg.bars_per_system)
-    parsed = list(pool_map(parse, units, workers, "parsing pieces"))
+    parsed = parse_units(units, cfg)
     skipped = check_skips(parsed, cfg.max_skip_fraction)
     dropped: Counter[str] = sum((p.dropped for p in parsed), Counter())
     systems = [(s, p.unit.collection) for p in parsed for s in p.systems]
     systems += synthetic(len(systems), cfg)
     entries = plan(systems, cfg)
+    check_splits(entries, cfg, "after parsing")  # before the costly rendering
     outcomes = render_all(entries, cfg, lilypond, out)
     dropped.update(r for r in outcomes if r is not None)
     kept = [e for e, r in zip(entries, outcomes, strict=True) if r is None]
+    check_splits(kept, cfg, "after rendering")
     stats = summarize(kept, skipped, dropped)
     log.info("kept %d systems %s; dropped %s", len(kept), stats["systems"], dict(dropped))
     return [asdict(e) for e in kept], stats

@@ -3,12 +3,18 @@
 A *unit* is one piece to parse: a file, or one tune of an ABC file that holds many (the folk
 collections keep hundreds of tunes per file; splitting them lets pieces be sampled and parsed
 in parallel instead of parsing whole files).
+
+Hostile or careless input (docs/security.md): archives are unpacked by
+sonfolio.score.archives (no links, nothing outside the cache, capped size, count and ratio);
+a file name that is not UTF-8 is kept as the path to open, and shown escaped (`caf\\xe9.xml`)
+in piece ids, logs and the manifest; a file over score_data.limits.max_file_mb is never read
+here (its unit is skipped as too_large when parsed).
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
+import os
 import random
 import re
 import shutil
@@ -22,10 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sonfolio.score.parse import abc_tunes
+from sonfolio.io import file_sha256
+from sonfolio.score.archives import UnsafeArchive, source_caps, unpack_into
+from sonfolio.score.parse import abc_tunes, too_large
 
 if TYPE_CHECKING:
-    from sonfolio.config.data import ScoreSource
+    from sonfolio.config.data import ScoreLimits, ScoreSource
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +55,18 @@ class Unit:
     tune: int | None = None  # index of the tune in a multi-tune ABC file
 
 
-def _units_in_file(collection: str, root: Path, path: Path) -> list[Unit]:
-    rel = path.relative_to(root).as_posix()
+def display_name(path: Path | str) -> str:
+    """A path as text that can be written anywhere (UTF-8 JSON, logs): bytes of a name that
+    are not UTF-8 (kept by Python as surrogates) shown as `\\xe9` escapes."""
+    return os.fsencode(path).decode("utf-8", errors="backslashreplace")
+
+
+def _units_in_file(
+    collection: str, root: Path, path: Path, limits: ScoreLimits | None = None
+) -> list[Unit]:
+    rel = display_name(path.relative_to(root).as_posix())
+    if limits is not None and too_large(path, limits):  # never read: skipped when parsed
+        return [Unit(collection, f"{collection}/{rel}", path)]
     if path.suffix.lower() == ".abc":
         tunes = abc_tunes(path.read_text(encoding="utf-8", errors="replace"))
         if len(tunes) > 1:
@@ -71,7 +89,7 @@ def music21_corpus_root() -> Path:
     return Path(common.getCorpusFilePath())
 
 
-def source_root(source: ScoreSource, download_cache: Path) -> Path:
+def source_root(source: ScoreSource, download_cache: Path, limits: ScoreLimits) -> Path:
     """The folder holding a source's files (downloading and unpacking an archive if needed)."""
     if source.music21 is not None:
         root = music21_corpus_root() / source.music21
@@ -90,13 +108,21 @@ def source_root(source: ScoreSource, download_cache: Path) -> Path:
             )
         return source.folder
     assert source.archive is not None and source.sha256 is not None  # checked by the config
-    return unpack(fetch(source.archive, source.sha256, download_cache), download_cache)
+    cached = fetch(source.archive, source.sha256, download_cache)
+    try:
+        return unpack(cached, download_cache, limits)
+    except SourceConfigError as err:  # the message names the cached copy: name the source too
+        raise SourceConfigError(
+            f"score_data.sources[{source.name}].archive = {source.archive!r} is refused: {err}"
+        ) from err
 
 
-def list_units(source: ScoreSource, download_cache: Path, seed: int) -> list[Unit]:
+def list_units(
+    source: ScoreSource, download_cache: Path, seed: int, limits: ScoreLimits
+) -> list[Unit]:
     """Every piece of a source, or `max_pieces` of them sampled with `seed`, in a stable order."""
-    root = source_root(source, download_cache)
-    units = [u for f in _files_under(root) for u in _units_in_file(source.name, root, f)]
+    root = source_root(source, download_cache, limits)
+    units = [u for f in _files_under(root) for u in _units_in_file(source.name, root, f, limits)]
     if not units:
         raise SourceConfigError(
             f"score_data.sources[{source.name}] ({root}) holds no {'/'.join(SCORE_EXTENSIONS)} file"
@@ -107,14 +133,6 @@ def list_units(source: ScoreSource, download_cache: Path, seed: int) -> list[Uni
             key=lambda u: u.piece,
         )
     return units
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _download(url: str, dest: Path) -> None:
@@ -143,7 +161,7 @@ def fetch(archive: str, sha256: str, cache: Path) -> Path:
     """
     suffix = "".join(Path(archive.split("?")[0]).suffixes[-2:]) or ".zip"
     cached = cache / f"{sha256}{suffix}"
-    if cached.is_file() and sha256_of(cached) == sha256:
+    if cached.is_file() and file_sha256(cached) == sha256:
         return cached
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=cache, suffix=".part", delete=False) as tmp:
@@ -156,7 +174,7 @@ def fetch(archive: str, sha256: str, cache: Path) -> Path:
             shutil.copyfile(archive, part)
         else:
             raise SourceConfigError(f"archive {archive!r} is neither a file nor a URL")
-        actual = sha256_of(part)
+        actual = file_sha256(part)
         if actual != sha256:
             raise SourceConfigError(
                 f"archive {archive} has sha256 {actual}, but params.yaml expects {sha256}: the "
@@ -169,23 +187,25 @@ def fetch(archive: str, sha256: str, cache: Path) -> Path:
     return cached
 
 
-def unpack(archive: Path, cache: Path) -> Path:
-    """Unpack once into `<cache>/<name>.d`; a half-unpacked folder is never left in place."""
+def unpack(archive: Path, cache: Path, limits: ScoreLimits) -> Path:
+    """Unpack once into `<cache>/<name>.d`; a half-unpacked folder is never left in place.
+
+    Raises:
+        SourceConfigError: the archive is damaged, holds a link, device or path out of the
+            cache, or passes a cap of score_data.limits (the message names the param).
+    """
     dest = cache / f"{archive.name}.d"
     if dest.is_dir():
         return dest
     tmp = Path(tempfile.mkdtemp(dir=cache, prefix=".unpack-"))
     try:
-        if zipfile.is_zipfile(archive):
-            with zipfile.ZipFile(archive) as zf:  # extract() drops absolute paths and `..`
-                zf.extractall(tmp)
-        else:
-            with tarfile.open(archive) as tf:
-                # filter="data" refuses absolute paths, links out of the folder, device files.
-                tf.extractall(tmp, filter="data")
+        unpack_into(archive, tmp, source_caps(limits))
         tmp.replace(dest)
-    except (tarfile.TarError, zipfile.BadZipFile, OSError) as err:
-        raise SourceConfigError(f"cannot unpack {archive}: {err}") from err
+    except UnsafeArchive as err:
+        raise SourceConfigError(str(err)) from err
+    except (tarfile.TarError, zipfile.BadZipFile, OSError, EOFError, RuntimeError) as err:
+        # RuntimeError: zipfile's "encrypted, password required"; EOFError: a cut-off stream
+        raise SourceConfigError(f"cannot unpack {archive}: {type(err).__name__}: {err}") from err
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return dest

@@ -12,7 +12,6 @@ tampered with or half-installed fails naming the file, not halfway through train
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import logging
 import os
@@ -21,6 +20,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from sonfolio.io import file_sha256
 from sonfolio.speech.ct2_import import Ct2FolderError, check_files, import_folder, is_ct2_folder
 
 log = logging.getLogger(__name__)
@@ -72,14 +72,6 @@ def default_cache() -> Path:
     return Path(os.environ.get("SONFOLIO_BASES", ".cache/bases"))
 
 
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _package_file(module: str, rel: str, name: str, spec: Packaged) -> Path:
     found = importlib.util.find_spec(module)
     if found is None or not found.submodule_search_locations:
@@ -118,7 +110,7 @@ def assemble(name: str, out: Path) -> Path:
         for module, rel, target in spec.files:
             shutil.copyfile(_package_file(module, rel, name, spec), tmp / target)
         for target, want in spec.sha256.items():
-            got = sha256(tmp / target)
+            got = file_sha256(tmp / target)
             if got != want:
                 raise BaseModelError(
                     f"{PACKAGE_PREFIX}{name}: {target} (joined from the installed packages) "
@@ -135,7 +127,7 @@ def assemble(name: str, out: Path) -> Path:
 def _imported(ct2: Path, cache: Path, language: str, model_sha: str | None = None) -> Path:
     """The Hugging Face copy of CTranslate2 folder `ct2`, made once per model.bin (whose
     sha256 the caller may already know: a pinned, checked package)."""
-    key = f"{(model_sha or sha256(ct2 / 'model.bin'))[:16]}-{language}-v{IMPORTER_VERSION}"
+    key = f"{(model_sha or file_sha256(ct2 / 'model.bin'))[:16]}-{language}-v{IMPORTER_VERSION}"
     out = cache / f"hf-{key}"
     if (out / "model.safetensors").is_file():
         return out
@@ -194,5 +186,6 @@ def ct2_folder(name: str, cache: Path | None = None) -> Path | None:
 def _matches(folder: Path, pinned: Packaged) -> bool:
     """A cached assembly still matches its pins (a cache edited by hand is rebuilt)."""
     return all(
-        (folder / f).is_file() and sha256(folder / f) == want for f, want in pinned.sha256.items()
+        (folder / f).is_file() and file_sha256(folder / f) == want
+        for f, want in pinned.sha256.items()
     )

@@ -69,6 +69,30 @@ def summarize(rows: list[Utterance], skipped: Counter[str], source: str) -> dict
     }
 
 
+def check_splits(rows: list[Utterance], cfg: SpeechData) -> None:
+    """Fail when val (training needs it) or a configured test split has no clip, saying what
+    to change, instead of exit 0 here and an error in training or evaluation later.
+
+    Raises:
+        ValueError: naming the split and the keys to change.
+    """
+    if cfg.source == "synthetic":
+        fixes = {
+            s: f"raise speech_data.synthetic.utterances or speech_data.synthetic.{s}_fraction"
+            for s in ("val", "test")
+        }
+    else:
+        fixes = {"val": "set speech_data.hub.splits.val to a split of the corpus with clips"}
+        if cfg.hub.splits.test is not None:
+            fixes["test"] = "raise speech_data.hub.max_samples or set speech_data.hub.splits.test"
+    for split, fix in fixes.items():
+        if not any(r.split == split for r in rows):
+            raise ValueError(
+                f"speech_data ({cfg.source}) gave {len(rows)} clips but 0 {split} clips: {fix} "
+                "in params.yaml (skipped clips, counted in the stats, may have emptied it)"
+            )
+
+
 def build(cfg: SpeechData, out: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Write the clips of `cfg.source` into `out`; their manifest rows and the stats.
 
@@ -85,6 +109,7 @@ def build(cfg: SpeechData, out: Path) -> tuple[list[dict[str, Any]], dict[str, A
     skipped = check_skips(skips, len(rows) + len(skips), cfg.max_skip_fraction)
     if not any(r.split == "train" for r in rows):
         raise ValueError(f"speech_data ({cfg.source}) gave no train clip: check its settings")
+    check_splits(rows, cfg)
     stats = summarize(rows, skipped, cfg.source)
     log.info(
         "%d clips %s, %s h; skipped %s",

@@ -43,8 +43,11 @@ def tiny(cfg: ScoreData, **update) -> ScoreData:
 
 def only(cfg: ScoreData, source: ScoreSource, **update) -> ScoreData:
     """`tiny(cfg, ...)` with `source` its one source, and no held-out collection: the
-    configured ones name sources it no longer has, which score_data refuses."""
-    split = cfg.split.model_copy(update={"heldout_collections": []})
+    configured ones name sources it no longer has, which score_data refuses. Its two or three
+    pieces go to train and val (no test split): the stage refuses an empty val split, and the
+    split is drawn by piece (with seed 0 these pieces fall in both)."""
+    shares = {"heldout_collections": [], "val": 0.45, "test": 0.0}
+    split = cfg.split.model_copy(update=shares)
     return tiny(cfg, sources=[source], split=split, **update)
 
 

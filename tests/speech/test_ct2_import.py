@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from whisper_tiny import PACKAGE, save
 
+from sonfolio.io import file_sha256
 from sonfolio.speech import bases
 from sonfolio.speech.ct2_import import Ct2FolderError, import_folder
 
@@ -228,7 +229,7 @@ def packaged_tiny(tiny_ct2, tmp_path, monkeypatch) -> bases.Packaged:
             ("tiny_part1", "data/config.json", "config.json"),
             ("tiny_part1", "data/tokenizer.json", "tokenizer.json"),
         ),
-        sha256={f: bases.sha256(tiny_ct2 / f) for f in ("model.bin", "config.json")},
+        sha256={f: file_sha256(tiny_ct2 / f) for f in ("model.bin", "config.json")},
     )
     monkeypatch.setitem(bases.PACKAGED, "tiny", spec)
     return spec
