@@ -43,7 +43,7 @@ def lilypond() -> Path:
 @pytest.fixture(scope="session")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repo = copy_project(tmp_path_factory.mktemp("project"))
-    assert ran(dvc(repo, "repro", TARGET)) == ["data@score", "tokenizer@score"]
+    assert ran(dvc(repo, "repro", TARGET)) == ["check_params", "data@score", "tokenizer@score"]
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "first repro")
     return repo

@@ -139,7 +139,25 @@ def test_stage_lists_every_module_it_imports(stage):
     assert all((ROOT / d).exists() for d in code), f"{stage} lists deps that do not exist"
 
 
-@pytest.mark.parametrize("stage", sorted(dvc_stages()))
+# The stage that validates the whole params.yaml before any other (tasks/check_params.py):
+# it tracks the whole file, not a section, and has no view of its own.
+CHECK = "check_params"
+
+
+def test_the_params_check_runs_first_on_the_whole_file():
+    """check_params tracks all of params.yaml (a file entry with no keys) and every other
+    stage lists its output, so DVC runs it before any stage whose outputs it would remove."""
+    from dvc.repo import Repo
+
+    (check,) = [st for st in Repo(str(ROOT)).index.stages if st.addressing == CHECK]
+    (params,) = [d for d in check.deps if hasattr(d, "params")]
+    assert params.def_path == "params.yaml" and not params.params  # no keys: all of it
+    (out,) = [o.def_path for o in check.outs]
+    for stage, spec in dvc_stages().items():
+        assert stage == CHECK or out in spec["deps"], f"{stage} does not wait for {CHECK}"
+
+
+@pytest.mark.parametrize("stage", sorted(set(dvc_stages()) - {CHECK}))
 def test_stage_has_its_params_section(stage):
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     name, _, track = stage.partition("@")
@@ -148,7 +166,7 @@ def test_stage_has_its_params_section(stage):
     assert section in dvc_stages()[stage]["params"]
 
 
-@pytest.mark.parametrize("stage", sorted(dvc_stages()))
+@pytest.mark.parametrize("stage", sorted(set(dvc_stages()) - {CHECK}))
 def test_stage_validates_the_params_it_lists(stage):
     """Before any work a stage validates every section it reads (dvc.yaml's `params`), and
     only those: its view of params.yaml, sonfolio.config.<step>.<Step>Params, declares them,

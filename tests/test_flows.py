@@ -17,8 +17,8 @@ pytestmark = pytest.mark.slow
 
 
 def test_stage_order_comes_from_the_dvc_graph(project):
-    assert pipeline_stages(project, [TARGET]) == ["data@score", "tokenizer@score"]
-    assert pipeline_stages(project, ["data@score"]) == ["data@score"]
+    assert pipeline_stages(project, [TARGET]) == ["check_params", "data@score", "tokenizer@score"]
+    assert pipeline_stages(project, ["data@score"]) == ["check_params", "data@score"]
     with pytest.raises(ValueError, match="unknown stage"):
         pipeline_stages(project, ["no_such_stage"])
 
@@ -29,7 +29,7 @@ def test_flow_runs_each_stage_as_a_task_under_the_harness(project):
     with prefect_test_harness():
         state = pipeline(repo=str(project), stages=[TARGET], return_state=True)
     assert state.is_completed(), state.message
-    assert state.result() == ["data@score", "tokenizer@score"]
+    assert state.result() == ["check_params", "data@score", "tokenizer@score"]
 
 
 def free_port() -> int:

@@ -29,14 +29,14 @@ def test_second_repro_runs_nothing(project):
 
 def test_tokenizer_param_reruns_only_the_tokenizer(project):
     set_param(project, "score_tokenizer", "vocab_size", 300)
-    assert ran(dvc(project, "repro", TARGET)) == ["tokenizer@score"]
+    assert ran(dvc(project, "repro", TARGET)) == ["check_params", "tokenizer@score"]
     git(project, "checkout", "params.yaml", "dvc.lock")
     dvc(project, "checkout", "--with-deps", TARGET)
 
 
 def test_data_param_reruns_both(project):
     set_param(project, "score_data", "bars_per_system", 3)
-    assert ran(dvc(project, "repro", TARGET)) == ["data@score", "tokenizer@score"]
+    assert ran(dvc(project, "repro", TARGET)) == ["check_params", "data@score", "tokenizer@score"]
     git(project, "checkout", "params.yaml", "dvc.lock")
     dvc(project, "checkout", "--with-deps", TARGET)
 

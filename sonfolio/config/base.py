@@ -2,25 +2,63 @@
 
 A bad value in params.yaml (or one set with `dvc exp run -S key=value`, which edits
 params.yaml) fails before any work with the key, the value and what is allowed. Unknown keys
-are rejected (`extra="forbid"`): a typo is an error, not a silently ignored setting.
+are rejected (`extra="forbid"`): a typo is an error, not a silently ignored setting. A
+true/false where a number belongs is an error (pydantic alone reads `max_steps: true` as 1),
+and a key written twice in one mapping is an error with both lines (YAML alone keeps the last).
 """
 
 from __future__ import annotations
 
+import json
+import typing
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 Fraction01 = Annotated[float, Field(ge=0.0, le=1.0)]
 Positive = Annotated[int, Field(gt=0)]
 
 
+def _accepts_bool(annotation: Any) -> bool:
+    """Whether a field's type takes a bool anywhere (bool, `bool | None`, Literal[True], Any)."""
+    if annotation is bool or annotation is Any:
+        return True
+    if typing.get_origin(annotation) is Literal:
+        return any(isinstance(a, bool) for a in typing.get_args(annotation))
+    return any(_accepts_bool(a) for a in typing.get_args(annotation))
+
+
+def _holds_bool(value: Any) -> bool:
+    """A bool, or a list/tuple holding one. Mappings are left to their own model's check."""
+    if isinstance(value, bool):
+        return True
+    return isinstance(value, list | tuple) and any(_holds_bool(v) for v in value)
+
+
 class Strict(BaseModel):
-    """A params model: unknown keys are errors, and a validated value is frozen."""
+    """A params model: unknown keys are errors, a bool is no number, a validated value is
+    frozen.
+
+    Why not pydantic's `strict=True`: it also refuses what params.yaml rightly gives, a string
+    for a Path, a list for a tuple, `1e-3` (a string to PyYAML) for a float. Only the bool is
+    refused here, in every field whose type takes no bool.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
+        field = cls.model_fields.get(info.field_name or "")
+        if field is not None and _holds_bool(value) and not _accepts_bool(field.annotation):
+            shown = json.dumps(value, default=str)  # as YAML wrote it: true, not True
+            raise ValueError(
+                f"{shown} is a true/false value (YAML reads yes/no/on/off so too), and this "
+                "key takes none: write the number or text it needs"
+            )
+        return value
 
 
 class ParamsError(ValueError):
@@ -67,6 +105,35 @@ def read_yaml(path: Path) -> Any:
     if not path.is_file():
         raise ParamsError(f"{path} not found: run from the project root, or pass its path")
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
+        # UniqueKeyLoader is a SafeLoader: no Python objects built from tags
+        return yaml.load(path.read_text(encoding="utf-8"), Loader=UniqueKeyLoader)  # noqa: S506
+    except DuplicateKeyError as err:
+        raise ParamsError(f"{path}: {err}") from None
     except yaml.YAMLError as err:
         raise ParamsError(f"{path} is not valid YAML: {err}") from None
+
+
+class DuplicateKeyError(yaml.constructor.ConstructorError):
+    """A mapping of params.yaml names one key twice."""
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's SafeLoader, but a key written twice in one mapping is an error naming both
+    lines: PyYAML keeps the last silently, so an edit to the first copy would do nothing.
+    (PyYAML has no option for this; ruamel.yaml has, but the project reads YAML with PyYAML.)
+    """
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            line = key_node.start_mark.line + 1
+            if not isinstance(key, typing.Hashable):
+                break  # SafeLoader's own construct_mapping refuses it, with its line
+            if key in seen:
+                raise DuplicateKeyError(
+                    f"key {key!r} is written twice in one mapping, on lines {seen[key]} and "
+                    f"{line}: YAML would keep only the last; delete one"
+                )
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)

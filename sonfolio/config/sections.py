@@ -102,6 +102,18 @@ def load_sections(model: type[S], path: Path | str = "params.yaml") -> S:
     return view
 
 
+def check_file(path: Path | str = "params.yaml") -> None:
+    """Validate the whole of params.yaml and read nothing from it: the check_params stage,
+    which DVC runs before every other stage, so a bad value fails before DVC removes any
+    stage's outputs.
+
+    Raises:
+        ParamsError: the file is missing, not YAML, has a key twice, or names every bad key.
+    """
+    path = Path(path)
+    _validate_every_section(read_yaml(path), str(path))
+
+
 def _validate_every_section(raw: object, origin: str) -> None:
     """Validate the whole of params.yaml, not only the sections this stage reads: a bad value
     anywhere fails in the first stage `dvc repro` runs, in seconds, not hours later in the

@@ -4,8 +4,9 @@ Setting up decides, each choice logged with its reason: device, precision, micro
 accumulation, the CTC loss, gradient checkpointing, fp8, compile, optimizer, loader workers and
 the batch order. A step is one optimizer step over its micro-batches, under the NaN / Inf guard
 (stability.py) and the step-time breakdown (timing.py); corrupt samples are skipped, counted
-and capped. Checkpoints hold, besides what Accelerate saves, the loop's own state, so that a
-resumed run goes on exactly where the interrupted one stopped.
+and capped. Checkpoints (checkpoint.py: no code-running pickles) hold the model, optimizer,
+scheduler, scaler and RNG states and the loop's own state, so that a resumed run goes on
+exactly where the interrupted one stopped.
 
 A track hands the run a `Track`: the model, datasets, a collate function and a probe batch.
 """
@@ -172,7 +173,8 @@ class Run:
         # Stepped by us once per optimizer step, so the lr does not depend on the world size
         # (Accelerate's prepared scheduler steps once per process).
         self.scheduler = get_cosine_schedule_with_warmup(opt, loop.warmup_steps, loop.max_steps)
-        acc.register_for_checkpointing(self.scheduler)
+        # Not registered with Accelerate (register_for_checkpointing): Accelerate reads such an
+        # object back with weights_only=False; checkpoint.py saves its state as JSON instead.
         workers, preload, why = speed.loader_workers(self.opts.loader_workers, self.backend)
         self.choose("loader_workers", str(workers), why)
         if preload:
@@ -332,14 +334,23 @@ class Run:
 
     def save_checkpoint(self) -> None:
         checkpoint.save(
-            self.acc, self.paths.checkpoints, self.state.step, self._loop_state(), keep=2
+            self.acc,
+            self.paths.checkpoints,
+            self.state.step,
+            self._loop_state(),
+            keep=2,
+            scheduler=self.scheduler,
         )
 
     def resume(self) -> bool:
-        path = checkpoint.latest(self.paths.checkpoints)
-        if path is None:
+        found = checkpoint.load_newest(self.acc, self.paths.checkpoints, self.scheduler)
+        if found is None:
+            if checkpoint.latest(self.paths.checkpoints) is not None:
+                log.warning(
+                    "no checkpoint in %s could be read: starting afresh", self.paths.checkpoints
+                )
             return False
-        raw = checkpoint.load(self.acc, path)
+        path, raw = found
         self.guard.load(raw.pop("guard"))
         self.state = LoopState(**raw)
         self._iter = None
@@ -348,15 +359,15 @@ class Run:
         return True
 
     def _rollback(self) -> None:
-        path = checkpoint.latest(self.paths.checkpoints)
-        if path is None:
+        found = checkpoint.load_newest(self.acc, self.paths.checkpoints, self.scheduler)
+        if found is None:
             raise RuntimeError(
                 f"{self.guard.max_bad_steps} non-finite steps in a row before the first "
-                f"checkpoint: "
+                f"checkpoint that loads: "
                 f"lower {self.track.name}.lr or checkpoint_every"
             )
         guard = self.guard.state()
-        raw = checkpoint.load(self.acc, path)
+        path, raw = found
         raw.pop("guard")
         history, seconds = self.state.history, self.state.train_seconds
         self.state = LoopState(**raw)
