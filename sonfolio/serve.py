@@ -4,17 +4,27 @@
 the endpoints and curl examples. `create_app` takes each model as a loaded variant or as a
 folder, which the app's lifespan loads once at startup. Uploads larger than
 `serve.max_upload_mb` get 413 before their body is read past the limit; an upload that is not an
-image (or not audio) gets 415, a damaged or empty one 400, each with a message that says so.
-No error response carries a traceback: unexpected errors are logged here and answered with 500.
+image (or not audio) gets 415, a damaged or empty one 400, one over an infer limit 413 or 422,
+each with a message that names the limit and its param. No error response carries a traceback:
+unexpected errors are logged here and answered with 500.
+
+Memory and slow clients (docs/security.md): an upload is decoded and read inside one of
+`serve.max_concurrent_decodes` slots, so parallel large-but-allowed uploads queue instead of
+each holding its decoded pixels or samples (503 after `serve.busy_timeout_s` in the queue). A
+request's headers must arrive within `serve.header_timeout_s` of the connection (uvicorn has no
+such deadline: `HeaderDeadline` adds it) and its body within `serve.body_timeout_s` (408,
+`UploadLimit`); uvicorn's own options bound header size, idle keep-alive and connections.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import platform
 import threading
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -30,11 +40,41 @@ from sonfolio.speech.audio import SAMPLE_RATE
 from sonfolio.variants import Variant
 
 if TYPE_CHECKING:
-    from sonfolio.config.infer import Infer
+    import uvicorn
+
+    from sonfolio.config.infer import Infer, Serve
 
 log = logging.getLogger(__name__)
 
-STATUS = {"unsupported": 415, "missing": 400, "corrupt": 400, "empty": 400}
+STATUS = {
+    "unsupported": 415,
+    "missing": 400,
+    "corrupt": 400,
+    "empty": 400,
+    "too_large": 413,
+    "limit": 422,
+}
+
+
+def return_freed_memory() -> bool:
+    """Have glibc give freed memory back to the system; True where it applied (glibc only).
+
+    Requests are served on a pool of threads, and glibc gives each thread its own malloc arena
+    that keeps what a decoded page freed (tens of MB each): four large pages one after another
+    on four threads held over 1 GB though at most one was decoded at a time. Two arenas, and
+    blocks over 1 MB taken straight from the kernel (returned on free), keep the peak near one
+    page's worth (benchmarks/hostile_uploads.py). There is no Python API for it: `mallopt`
+    through ctypes, as the environment variables MALLOC_ARENA_MAX / MALLOC_MMAP_THRESHOLD_
+    would, but those must be set before the process starts.
+    """
+    import ctypes
+    import ctypes.util
+
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return False
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    m_mmap_threshold, m_arena_max = -3, -8  # from glibc's malloc.h
+    return bool(libc.mallopt(m_arena_max, 2)) and bool(libc.mallopt(m_mmap_threshold, 1 << 20))
 
 
 @dataclass
@@ -67,14 +107,24 @@ class Models:
 
 
 class UploadLimit:
-    """ASGI middleware: 413 for a request body over `max_bytes`, read no further than that.
+    """ASGI middleware: 413 for a request body over `max_bytes`, read no further than that;
+    408 for a body that has not all arrived `timeout_s` after the request's headers.
 
     A declared Content-Length over the limit is refused before any of the body is read; a body
-    without one (chunked) is counted as it arrives and refused once it passes the limit.
+    without one (chunked) is counted as it arrives and refused once it passes the limit. The
+    deadline covers the whole body, not each read, so a client that trickles a byte a second
+    cannot hold a worker for longer than `timeout_s`.
     """
 
-    def __init__(self, app: Any, max_bytes: int) -> None:
-        self.app, self.max_bytes = app, max_bytes
+    def __init__(self, app: Any, max_bytes: int, timeout_s: float) -> None:
+        self.app, self.max_bytes, self.timeout_s = app, max_bytes, timeout_s
+
+    def _too_slow(self) -> HTTPException:
+        return HTTPException(
+            408,
+            f"the upload did not arrive within {self.timeout_s:g} s (serve.body_timeout_s): "
+            "send it faster, or raise serve.body_timeout_s in params.yaml",
+        )
 
     def _too_large(self) -> HTTPException:
         return HTTPException(
@@ -91,17 +141,98 @@ class UploadLimit:
             detail = self._too_large().detail if status == 413 else "bad Content-Length header"
             await JSONResponse({"detail": detail}, status)(scope, receive, send)
             return
-        seen = 0
+        seen, done = 0, False
+        deadline = time.monotonic() + self.timeout_s
 
         async def counted() -> dict:
-            nonlocal seen
-            message = await receive()
+            nonlocal seen, done
+            if done:  # the body is in: later reads wait for a disconnect, with no deadline
+                return await receive()
+            try:
+                message = await asyncio.wait_for(receive(), deadline - time.monotonic())
+            except TimeoutError:
+                raise self._too_slow() from None
+            done = message["type"] != "http.request" or not message.get("more_body", False)
             seen += len(message.get("body", b""))
             if seen > self.max_bytes:
                 raise self._too_large()  # FastAPI passes HTTPException through body parsing
             return message
 
         await self.app(scope, counted, send)
+
+
+def header_deadline(timeout_s: float) -> type:
+    """uvicorn's h11 protocol with a deadline for a request's headers: a connection whose next
+    request's headers have not all arrived `timeout_s` after it opened (or after the previous
+    response) is closed. uvicorn times out only idle keep-alive connections, and a client that
+    sends a header byte now and then resets that timer (slowloris)."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeaderDeadline(H11Protocol):
+        _header_timer: asyncio.TimerHandle | None = None
+
+        def _arm(self) -> None:
+            # The request cycle now: a new request's complete headers replace it.
+            self._header_timer = self.loop.call_later(timeout_s, self._expired, self.cycle)
+
+        def _expired(self, cycle: object) -> None:
+            if self.cycle is cycle and not self.transport.is_closing():
+                log.warning("closed a connection whose request headers took over %g s", timeout_s)
+                self.transport.close()
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+            self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+            super().connection_lost(exc)
+
+    return HeaderDeadline
+
+
+def server_config(app: FastAPI, cfg: Serve, host: str, port: int) -> uvicorn.Config:
+    """uvicorn's settings for the service: every limit on connections from params.yaml `serve`."""
+    import uvicorn
+
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="info",
+        http=header_deadline(cfg.header_timeout_s),
+        h11_max_incomplete_event_size=cfg.max_header_kb * 1024,
+        timeout_keep_alive=cfg.keep_alive_s,
+        limit_concurrency=cfg.max_connections,
+    )
+
+
+@contextmanager
+def decode_slot(slots: threading.BoundedSemaphore, cfg: Serve) -> Iterator[None]:
+    """One of serve.max_concurrent_decodes slots, waited for up to serve.busy_timeout_s.
+
+    Raises:
+        HTTPException: 503 when no slot frees in time.
+    """
+    if not slots.acquire(timeout=cfg.busy_timeout_s):
+        raise HTTPException(
+            503,
+            f"busy: {cfg.max_concurrent_decodes} uploads are being read "
+            f"(serve.max_concurrent_decodes) and none finished within {cfg.busy_timeout_s:g} s "
+            "(serve.busy_timeout_s): retry later",
+            headers={"Retry-After": str(max(1, round(cfg.busy_timeout_s)))},
+        )
+    try:
+        yield
+    finally:
+        slots.release()
 
 
 def versions() -> dict[str, str]:
@@ -116,15 +247,18 @@ def versions() -> dict[str, str]:
 
 def create_app(
     cfg: Infer,
-    max_upload_mb: float,
+    serve: Serve,
     score: Variant | Path | None,
     speech: Variant | Path | None,
     threads: int | None = None,
     device: str = "auto",
 ) -> FastAPI:
     """The service. `score` / `speech`: a loaded variant, a folder to load at startup, or None
-    (that endpoint then answers 503)."""
+    (that endpoint then answers 503). `serve`: its upload size, body deadline and decode slots
+    (uvicorn's connection limits are `server_config`'s)."""
     models = Models({"score": score, "speech": speech}, threads, device)
+    # Threads, not asyncio: the endpoints are sync and run in Starlette's thread pool.
+    slots = threading.BoundedSemaphore(serve.max_concurrent_decodes)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -132,7 +266,11 @@ def create_app(
         yield
 
     app = FastAPI(title="Sonfolio", lifespan=lifespan)
-    app.add_middleware(UploadLimit, max_bytes=int(max_upload_mb * 1024 * 1024))
+    app.add_middleware(
+        UploadLimit,
+        max_bytes=int(serve.max_upload_mb * 1024 * 1024),
+        timeout_s=serve.body_timeout_s,
+    )
 
     @app.exception_handler(BadInput)
     def _bad_input(_: Request, err: BadInput) -> JSONResponse:
@@ -165,9 +303,11 @@ def create_app(
     ) -> dict | PlainTextResponse:
         variant, lock = models.get("score")
         name = file.filename or "upload"
-        image = open_image(file.file.read(), name)
-        with lock:
-            reading = read_image(variant, image, page, cfg)
+        with decode_slot(slots, serve):  # the decoded pixels live only inside a slot
+            image = open_image(file.file.read(), name, cfg.image)
+            with lock:
+                reading = read_image(variant, image, page, cfg)
+            del image
         if format == "ly":
             return PlainTextResponse(read_lilypond([(name, reading)]), media_type="text/x-lilypond")
         if format == "text":
@@ -180,9 +320,10 @@ def create_app(
     ) -> dict:
         variant, lock = models.get("speech")
         name = file.filename or "upload"
-        audio = open_audio(file.file.read(), name)
-        with lock:
-            chunks, text = transcribe(variant, audio, cfg)
+        with decode_slot(slots, serve):  # the decoded samples live only inside a slot
+            audio = open_audio(file.file.read(), name, cfg.audio_limits)
+            with lock:
+                chunks, text = transcribe(variant, audio, cfg)
         return {
             "model": variant.name,
             **transcript_result(name, audio.size / SAMPLE_RATE, chunks, text),

@@ -31,14 +31,14 @@ def test_a_tilted_page_is_straightened_then_cut_into_three(systems, params, tilt
     page, _ = stack(systems)
     tilted = page.rotate(tilt, Image.Resampling.BICUBIC, expand=True, fillcolor=255)
     assert len(find_staves(np.asarray(tilted), params.infer.page)) < 3  # lines break up
-    level, angle = deskew(tilted, params.infer.page.max_skew_deg)
+    level, angle = deskew(tilted, params.infer.page.max_skew_deg, params.infer.image)
     assert angle == pytest.approx(-tilt, abs=0.15)
     assert len(split_page(np.asarray(level), params.infer.page)) == 3
 
 
 def test_a_level_page_is_left_as_it_is(systems, params):
     page, _ = stack(systems)
-    assert deskew(page, params.infer.page.max_skew_deg) == (page, 0.0)
+    assert deskew(page, params.infer.page.max_skew_deg, params.infer.image) == (page, 0.0)
 
 
 def test_a_single_system_has_one_staff(systems, params):

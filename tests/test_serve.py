@@ -32,6 +32,7 @@ def files(tmp_path_factory, params):
     return {
         **files,
         "cfg": parse_params(raw).infer,
+        "serve": params.serve.model_copy(update={"max_upload_mb": MAX_MB}),
         "system": files["system"].read_bytes(),  # uploads: the PNG files' bytes
         "page": files["page"].read_bytes(),
         "wav": speech_wav(files["root"] / "clip.wav", seconds=1.5 * SPEECH_WINDOW_S).read_bytes(),
@@ -66,7 +67,9 @@ def serving(app):
 @pytest.fixture(scope="module")
 def server(files):
     """Both tiny models, given as folders: the app's lifespan loads them."""
-    app = create_app(files["cfg"], MAX_MB, files["score"], files["speech"], threads=1, device="cpu")
+    app = create_app(
+        files["cfg"], files["serve"], files["score"], files["speech"], threads=1, device="cpu"
+    )
     with serving(app) as client:
         yield client
 
@@ -166,7 +169,7 @@ def test_a_request_without_a_file_is_refused_with_422(server):
 
 
 def test_a_track_without_a_model_answers_503(files):
-    app = create_app(files["cfg"], MAX_MB, files["score"], None, threads=1, device="cpu")
+    app = create_app(files["cfg"], files["serve"], files["score"], None, threads=1, device="cpu")
     with serving(app) as client:
         assert client.get("/health").json()["models"]["speech"] == {"loaded": False}
         r = upload(client, "/transcribe", "clip.wav", files["wav"], "audio/wav")
@@ -215,7 +218,7 @@ def test_a_model_failure_answers_500_without_a_traceback(files, tmp_path, caplog
     config = json.loads((broken / "preprocessor_config.json").read_text())
     config["size"] = {"height": 64, "width": 64}
     (broken / "preprocessor_config.json").write_text(json.dumps(config))
-    app = create_app(files["cfg"], MAX_MB, broken, None, threads=1, device="cpu")
+    app = create_app(files["cfg"], files["serve"], broken, None, threads=1, device="cpu")
     with serving(app) as client:
         r = no_traceback(upload(client, "/read", "system.png", files["system"], "image/png"))
     assert r.status_code == 500

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from sonfolio.config.base import Positive, Strict
 
@@ -17,12 +17,51 @@ class PageSplit(Strict):
     max_skew_deg: Annotated[float, Field(ge=0.0, le=10.0)]  # tilt straightened before cutting
 
 
+class ImageLimits(Strict):
+    """What an image may hold (sonfolio/infer/inputs.py, page.py): checked from the header
+    before any pixel is decoded, and again after the page is straightened (docs/security.md)."""
+
+    # Pixels, width x height. Pillow's own decompression-bomb error (~179 M pixels) stops larger
+    # images whatever this says, so a higher value would be a promise the reader cannot keep.
+    max_pixels: Annotated[int, Field(ge=1, le=178_000_000)]
+    max_aspect: Annotated[float, Field(ge=1.0)]  # long side / short side
+
+
 class AudioChunks(Strict):
     """Cutting long audio into windows the speech model takes (sonfolio/infer/audio.py)."""
 
     search_s: Annotated[float, Field(gt=0.0)]  # the quietest point this close to the limit
     silence_db: Annotated[float, Field(lt=0.0)]  # dB below the clip's loudest frame
     overlap_s: Annotated[float, Field(ge=0.0)]  # chunks cut outside a silence overlap this much
+
+
+class AudioLimits(Strict):
+    """What an audio file may hold (sonfolio/infer/audio_file.py): checked from the header
+    before any sample is decoded, then counted while read (docs/security.md)."""
+
+    max_audio_s: Annotated[float, Field(gt=0.0)]  # duration, read from the header, then counted
+    min_sample_rate: Annotated[int, Field(ge=1)]  # Hz; below telephone rates speech is lost
+    max_sample_rate: Annotated[int, Field(ge=1)]  # Hz
+    max_channels: Annotated[int, Field(ge=1)]
+
+    @model_validator(mode="after")
+    def _rate_range(self) -> AudioLimits:
+        if self.min_sample_rate > self.max_sample_rate:
+            raise ValueError(
+                f"min_sample_rate {self.min_sample_rate} is above max_sample_rate "
+                f"{self.max_sample_rate}: lower the first or raise the second"
+            )
+        return self
+
+
+class NoSpeech(Strict):
+    """Audio with no speech in it gives an empty, flagged text instead of an invented sentence
+    (sonfolio/infer/voice.py). Only `transcribe` and the service apply it, never the eval."""
+
+    check: bool  # off: every chunk goes to the model, as before
+    floor_dbfs: Annotated[float, Field(lt=0.0)]  # quieter than this (loudest 25 ms): silence
+    vad_threshold: Annotated[float, Field(gt=0.0, lt=1.0)]  # Silero VAD speech probability
+    min_speech_s: Annotated[float, Field(ge=0.0)]  # less speech than this in a chunk: none
 
 
 class Infer(Strict):
@@ -33,7 +72,10 @@ class Infer(Strict):
     speech_max_tokens: Positive  # greedy decoding limit per audio chunk
     batch_size: Positive  # systems or chunks per generate call
     page: PageSplit
+    image: ImageLimits
     audio: AudioChunks
+    audio_limits: AudioLimits
+    no_speech: NoSpeech
 
 
 class Serve(Strict):
@@ -42,3 +84,11 @@ class Serve(Strict):
     host: Annotated[str, Field(min_length=1)]
     port: Annotated[int, Field(ge=1, le=65535)]
     max_upload_mb: Annotated[float, Field(gt=0.0)]  # larger uploads get 413
+    # Uploads decoded and read at once (images and audio): what bounds the service's memory.
+    max_concurrent_decodes: Annotated[int, Field(ge=1)]
+    busy_timeout_s: Annotated[float, Field(gt=0.0)]  # a request waits this long for a slot: 503
+    header_timeout_s: Annotated[float, Field(gt=0.0)]  # a request's headers, from the connection
+    body_timeout_s: Annotated[float, Field(gt=0.0)]  # a request's whole body: 408 after it
+    max_header_kb: Annotated[int, Field(ge=1)]  # uvicorn's h11_max_incomplete_event_size
+    keep_alive_s: Annotated[int, Field(ge=1)]  # idle connections closed after this
+    max_connections: Annotated[int, Field(ge=1)]  # uvicorn's limit_concurrency: 503 beyond

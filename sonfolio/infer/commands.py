@@ -115,14 +115,15 @@ def _model(args_model: Path | None, track: str, params: Any, threads: int | None
         raise CommandError(str(err)) from None
 
 
-def _inputs(paths: list[Path], opener: Any) -> list[tuple[str, Any]]:
-    """Decode every input before a model loads, so a bad file fails at once."""
+def _inputs(paths: list[Path], opener: Any, cfg: Any) -> list[tuple[str, Any]]:
+    """Decode every input before a model loads, so a bad file fails at once.
+    `opener(path, name, infer settings)`: the settings hold the inputs' limits."""
     from sonfolio.infer.inputs import BadInput
 
     out = []
     for path in paths:
         try:
-            out.append((str(path), opener(path, str(path))))
+            out.append((str(path), opener(path, str(path), cfg)))
         except BadInput as err:
             raise CommandError(str(err)) from None
     return out
@@ -143,7 +144,7 @@ def _each_input(
     args: argparse.Namespace,
     track: str,
     paths: list[Path],
-    opener: Callable[[Path, str], Any],
+    opener: Callable[[Path, str, Any], Any],
     one: Callable[[Any, str, Any, Any], Any],
     render: Callable[[str, list[Any]], str],
 ) -> int:
@@ -151,7 +152,7 @@ def _each_input(
     track's model loads, `one(variant, name, input, infer settings)` per input, then
     `render(model name, results)` written to --output or stdout."""
     params = _params(args.params)
-    inputs = _inputs(paths, opener)
+    inputs = _inputs(paths, opener, params.infer)
     variant = _model(args.model, track, params, args.threads, args.device)
     results = [one(variant, name, x, params.infer) for name, x in inputs]
     _write(render(variant.name, results), args.output)
@@ -160,11 +161,17 @@ def _each_input(
 
 def run_read(args: argparse.Namespace) -> int:
     from sonfolio.infer import formats
-    from sonfolio.infer.inputs import open_image
+    from sonfolio.infer.inputs import BadInput, open_image
     from sonfolio.infer.run import read_image
 
+    def opener(path: Path, name: str, cfg: Any) -> Any:
+        return open_image(path, name, cfg.image)
+
     def one(variant: Any, name: str, image: Any, cfg: Any) -> tuple[str, Any]:
-        reading = read_image(variant, image, args.page, cfg)
+        try:  # a limit met on the way (the straightened page's size) ends the command
+            reading = read_image(variant, image, args.page, cfg)
+        except BadInput as err:
+            raise CommandError(f"{name}: {err}") from None
         log.info("%s: %d systems", name, len(reading.systems))
         return name, reading
 
@@ -173,7 +180,7 @@ def run_read(args: argparse.Namespace) -> int:
         "ly": lambda _model, results: formats.read_lilypond(results),
         "text": lambda _model, results: formats.read_text(results),
     }[args.format]
-    return _each_input(args, "score", args.images, open_image, one, render)
+    return _each_input(args, "score", args.images, opener, one, render)
 
 
 def run_transcribe(args: argparse.Namespace) -> int:
@@ -184,21 +191,33 @@ def run_transcribe(args: argparse.Namespace) -> int:
 
     def one(variant: Any, name: str, audio: Any, cfg: Any) -> dict:
         chunks, text = transcribe(variant, audio, cfg)
-        return formats.transcript_result(name, audio.size / SAMPLE_RATE, chunks, text)
+        result = formats.transcript_result(name, audio.size / SAMPLE_RATE, chunks, text)
+        if result["no_speech"]:
+            log.warning(
+                "%s: no speech heard, so the text is empty (infer.no_speech; set its check to "
+                "false to decode it anyway)",
+                name,
+            )
+        return result
 
     render = {
         "json": formats.transcripts_json,
         "text": lambda _model, results: formats.transcripts_text(results),
     }[args.format]
-    return _each_input(args, "speech", args.audio, open_audio, one, render)
+
+    def opener(path: Path, name: str, cfg: Any) -> Any:
+        return open_audio(path, name, cfg.audio_limits)
+
+    return _each_input(args, "speech", args.audio, opener, one, render)
 
 
 def run_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from sonfolio.infer.run import default_model
-    from sonfolio.serve import create_app
+    from sonfolio.serve import create_app, return_freed_memory, server_config
 
+    return_freed_memory()  # before any thread starts: see its docstring
     params = _params(args.params)
     cfg = params.serve
     host, port = args.host or cfg.host, args.port or cfg.port
@@ -213,10 +232,12 @@ def run_serve(args: argparse.Namespace) -> int:
         models[track] = _model(given, track, params, args.threads, args.device)
     if not any(models.values()):
         raise CommandError("no model to serve: train one, or pass --score-model/--speech-model")
-    app = create_app(
-        params.infer, args.max_upload_mb or cfg.max_upload_mb, models["score"], models["speech"]
-    )
+    if args.max_upload_mb is not None:
+        if args.max_upload_mb <= 0:
+            raise CommandError(f"--max-upload-mb {args.max_upload_mb:g}: give a positive size")
+        cfg = cfg.model_copy(update={"max_upload_mb": args.max_upload_mb})
+    app = create_app(params.infer, cfg, models["score"], models["speech"])
     if host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("listening on %s: reachable from other machines, with no authentication", host)
-    uvicorn.run(app, host=host, port=port, log_level="info")
+    uvicorn.Server(server_config(app, cfg, host, port)).run()
     return 0

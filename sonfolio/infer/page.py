@@ -9,20 +9,24 @@ Written here with numpy because no installed library does it: the environment ha
 scikit-image or scipy, and the open-source OMR tools that segment staves (e.g. oemer, homr)
 bring their own neural models. A staff line tilted by more than a fraction of a degree is
 broken into short runs, so a page is first straightened: the tilt (within `max_skew_deg`) that
-makes the ink's row profile sharpest is undone.
+makes the ink's row profile sharpest is undone; the turned page is held to the same pixel
+limit as the upload (infer.image), checked before it is made.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 from PIL import Image
 
+from sonfolio.infer.inputs import check_image_size
+
 if TYPE_CHECKING:
-    from sonfolio.config.infer import PageSplit
+    from sonfolio.config.infer import ImageLimits, PageSplit
 
 log = logging.getLogger(__name__)
 
@@ -159,13 +163,31 @@ def skew_deg(mask: np.ndarray, max_deg: float) -> float:
     return round(best, 3)
 
 
-def deskew(image: Image.Image, max_deg: float) -> tuple[Image.Image, float]:
+def turned_size(size: tuple[int, int], angle_deg: float) -> tuple[int, int]:
+    """(width, height) of an image turned by `angle_deg` with its corners kept (PIL's
+    rotate(expand=True)): a wide page turned by a few degrees grows by a tenth of its height."""
+    width, height = size
+    cos, sin = abs(math.cos(math.radians(angle_deg))), abs(math.sin(math.radians(angle_deg)))
+    return math.ceil(width * cos + height * sin), math.ceil(width * sin + height * cos)
+
+
+def deskew(image: Image.Image, max_deg: float, limits: ImageLimits) -> tuple[Image.Image, float]:
     """A grey page turned so that its staff lines are level, and the angle it was turned by
-    (degrees, counter-clockwise); the image itself when it is level already."""
+    (degrees, counter-clockwise); the image itself when it is level already.
+
+    Turning enlarges the image, so its size is checked against `limits` before the turned
+    copy is made (no allocation past the limit), and again on the copy.
+
+    Raises:
+        BadInput: the turned page would be over infer.image's limits.
+    """
     angle = skew_deg(ink_mask(np.asarray(image)), max_deg)
     if abs(angle) < SKEW_STEP_DEG / 2:
         return image, 0.0
+    after = f"after straightening by {angle:.1f} degrees (infer.page.max_skew_deg: 0 skips it)"
+    check_image_size(turned_size(image.size, angle), "the page", limits, after)
     level = image.rotate(angle, Image.Resampling.BICUBIC, expand=True, fillcolor=255)
+    check_image_size(level.size, "the page", limits, after)
     return level, angle
 
 

@@ -23,6 +23,7 @@ from PIL import Image
 from sonfolio import tracks
 from sonfolio.infer.audio import join_texts, plan_chunks, processor_window_s
 from sonfolio.infer.page import Box, deskew, find_staves, split_page
+from sonfolio.infer.voice import has_speech
 from sonfolio.score.batches import load_image, to_pixel_values
 from sonfolio.score.canonical import CanonicalError, validate
 from sonfolio.speech.audio import SAMPLE_RATE
@@ -123,7 +124,7 @@ def system_boxes(
     whole = (image, [Box(0, 0, image.width, image.height)], 0.0)
     if page is False:
         return whole
-    level, angle = deskew(image, cfg.page.max_skew_deg)
+    level, angle = deskew(image, cfg.page.max_skew_deg, cfg.image)
     gray = np.asarray(level)
     if page is None:
         staves = len(find_staves(gray, cfg.page))
@@ -186,24 +187,40 @@ class ChunkText:
     start_s: float
     end_s: float
     text: str
+    no_speech: bool = False  # no speech heard (sonfolio.infer.voice): the text is empty
 
     def as_dict(self) -> dict:
-        return {"start": round(self.start_s, 3), "end": round(self.end_s, 3), "text": self.text}
+        return {
+            "start": round(self.start_s, 3),
+            "end": round(self.end_s, 3),
+            "text": self.text,
+            "no_speech": self.no_speech,
+        }
 
 
 def transcribe(variant: Variant, audio: np.ndarray, cfg: Infer) -> tuple[list[ChunkText], str]:
-    """16 kHz mono float audio -> (each chunk's text, the whole text)."""
+    """16 kHz mono float audio -> (each chunk's text, the whole text).
+
+    With `infer.no_speech.check`, a chunk in which no speech is heard is not decoded: its text
+    is empty and flagged `no_speech`, where Whisper would invent a sentence."""
     fe = variant.processor
     chunks = plan_chunks(audio, SAMPLE_RATE, processor_window_s(fe), cfg.audio)
     if len(chunks) > 1:
         log.info("%.1f s of audio in %d chunks", audio.size / SAMPLE_RATE, len(chunks))
-    texts: list[str] = []
-    for part in _batches(len(chunks), cfg.batch_size):
-        clips = [audio[c.start : c.end] for c in chunks[part]]
+    check = cfg.no_speech.check
+    heard = [not check or has_speech(audio[c.start : c.end], cfg.no_speech) for c in chunks]
+    if not all(heard):
+        log.info("%d of %d chunks hold no speech (infer.no_speech)", heard.count(False), len(heard))
+    spoken = [c for c, h in zip(chunks, heard, strict=True) if h]
+    decoded: list[str] = []
+    for part in _batches(len(spoken), cfg.batch_size):
+        clips = [audio[c.start : c.end] for c in spoken[part]]
         feats = fe(clips, sampling_rate=SAMPLE_RATE, return_tensors="pt")["input_features"]
-        texts += [t.strip() for t in variant.generate(feats, cfg.speech_max_tokens)]
+        decoded += [t.strip() for t in variant.generate(feats, cfg.speech_max_tokens)]
+    found = iter(decoded)
+    texts = [next(found) if h else "" for h in heard]
     out = [
-        ChunkText(c.start / SAMPLE_RATE, c.end / SAMPLE_RATE, t)
-        for c, t in zip(chunks, texts, strict=True)
+        ChunkText(c.start / SAMPLE_RATE, c.end / SAMPLE_RATE, t, not h)
+        for c, t, h in zip(chunks, texts, heard, strict=True)
     ]
     return out, join_texts(texts, [c.overlaps for c in chunks])

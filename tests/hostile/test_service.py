@@ -1,0 +1,228 @@
+"""Hostile uploads and slow clients against the HTTP service: each limit answers a 4xx that
+names it and its param, decoding runs in bounded slots, and slow clients are cut off.
+
+The service runs on a real uvicorn server (sonfolio.serve.server_config, as `sonfolio serve`
+runs it) on a free loopback port, with the tiny untrained models of tests/infer_tiny.py.
+"""
+
+from __future__ import annotations
+
+import io
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+
+import httpx
+import numpy as np
+import pytest
+import uvicorn
+from infer_tiny import TINY_INFER, score_model, speech_model, speech_wav
+from PIL import Image
+
+import sonfolio.serve
+from sonfolio.config.params import parse_params
+from sonfolio.serve import create_app, server_config
+
+SLOW = {"header_timeout_s": 1.0, "body_timeout_s": 1.0, "busy_timeout_s": 0.5}
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory, params):
+    root = tmp_path_factory.mktemp("hostile_serve")
+    raw = params.model_dump(mode="json")
+    raw["infer"].update(TINY_INFER)  # few tokens, audio cuts for the tiny model's 2 s window
+    return {
+        "infer": parse_params(raw).infer,
+        "score": score_model(root / "score"),
+        "speech": speech_model(root / "speech", params),
+        "wav": speech_wav(root / "clip.wav", seconds=1.0).read_bytes(),
+    }
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def serving(params, models, **serve):
+    """The service with `serve` keys replaced, on uvicorn in a thread; an httpx client."""
+    cfg = params.serve.model_copy(update={**SLOW, "max_upload_mb": 1.0, **serve})
+    app = create_app(
+        models["infer"], cfg, models["score"], models["speech"], threads=1, device="cpu"
+    )
+    port = free_port()
+    config = server_config(app, cfg, "127.0.0.1", port)
+    config.log_level = "warning"
+    srv = uvicorn.Server(config)
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not srv.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.05)
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            yield client, port
+    finally:
+        srv.should_exit = True
+        thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def server(params, models):
+    with serving(params, models) as (client, port):
+        yield client, port
+
+
+def png(img: Image.Image) -> bytes:
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def post(client: httpx.Client, path: str, name: str, data: bytes) -> httpx.Response:
+    return client.post(path, files={"file": (name, data, "application/octet-stream")})
+
+
+def test_an_image_over_max_pixels_gets_413_naming_the_param(server, params):
+    client, _ = server
+    side = int(params.infer.image.max_pixels**0.5) + 100
+    # A real, highly compressible PNG: 45 M blank pixels in a few tens of KB.
+    big = png(Image.new("1", (side, side), 1))
+    assert len(big) < 1024 * 1024  # under max_upload_mb: the pixel limit is what refuses it
+    r = post(client, "/read", "huge.png", big)
+    assert r.status_code == 413, r.text
+    assert "infer.image.max_pixels" in r.json()["detail"]
+
+
+def test_an_animated_gif_gets_415(server):
+    client, _ = server
+    frames = [Image.new("L", (40, 40), shade) for shade in (0, 255)]
+    buf = io.BytesIO()
+    frames[0].save(buf, format="GIF", save_all=True, append_images=frames[1:])
+    r = post(client, "/read", "anim.gif", buf.getvalue())
+    assert r.status_code == 415 and "several frames" in r.json()["detail"]
+
+
+def test_a_16_bit_tiff_is_read(server):
+    client, _ = server
+    pixels = np.full((64, 256), 60000, dtype=np.uint16)
+    pixels[20:40, 10:-10] = 3000
+    buf = io.BytesIO()
+    Image.fromarray(pixels).save(buf, format="TIFF")
+    r = post(client, "/read", "scan.tif", buf.getvalue())
+    assert r.status_code == 200, r.text
+    assert r.json()["systems"], "the ink of a 16-bit scan was not seen"
+
+
+def concurrent_posts(client, path, name, data, n):
+    with ThreadPoolExecutor(n) as pool:
+        return list(pool.map(lambda _: post(client, path, name, data), range(n)))
+
+
+@pytest.mark.parametrize(
+    ("path", "opener", "upload"),
+    [("/read", "open_image", "image"), ("/transcribe", "open_audio", "wav")],
+)
+def test_uploads_are_decoded_one_slot_at_a_time(params, models, monkeypatch, path, opener, upload):
+    """With one slot, parallel uploads never decode at once; one that waits past
+    serve.busy_timeout_s gets 503 naming the param, the others are answered."""
+    real, inside, most = getattr(sonfolio.serve, opener), [0], [0]
+    guard = threading.Lock()
+
+    def slow_open(*args, **kwargs):
+        with guard:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        time.sleep(0.4)
+        try:
+            return real(*args, **kwargs)
+        finally:
+            with guard:
+                inside[0] -= 1
+
+    monkeypatch.setattr(sonfolio.serve, opener, slow_open)
+    data = png(Image.new("L", (200, 60), 255)) if upload == "image" else models["wav"]
+    with serving(params, models, max_concurrent_decodes=1, busy_timeout_s=0.6) as (client, _):
+        replies = concurrent_posts(client, path, "x", data, 4)
+    codes = sorted(r.status_code for r in replies)
+    assert most[0] == 1, "two uploads were decoded at once"
+    assert codes[0] == 200 and codes[-1] == 503, codes
+    busy = next(r for r in replies if r.status_code == 503)
+    assert "serve.max_concurrent_decodes" in busy.json()["detail"]
+    assert busy.headers["retry-after"]
+
+
+def raw(port: int) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    return sock
+
+
+def closed_within(sock: socket.socket, seconds: float, trickle: bytes = b"") -> tuple[bytes, float]:
+    """Send `trickle` a byte every 0.2 s until the server answers or closes; what it sent back
+    and when."""
+    start, got = time.monotonic(), b""
+    sock.settimeout(0.2)
+    for byte in trickle or b"\0" * 1000:
+        try:
+            chunk = sock.recv(65536)
+        except TimeoutError:
+            if trickle:
+                try:
+                    sock.sendall(bytes([byte]))
+                except OSError:
+                    break
+            if time.monotonic() - start > seconds:
+                break
+            continue
+        got += chunk
+        if not chunk or b"\r\n\r\n" in got:
+            break
+    return got, time.monotonic() - start
+
+
+def test_a_slow_body_gets_408_naming_the_param(server):
+    _, port = server
+    with raw(port) as sock:
+        sock.sendall(
+            b"POST /read HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; "
+            b"boundary=b\r\nContent-Length: 5000\r\n\r\n--b\r\n"
+        )
+        got, took = closed_within(sock, 5.0, trickle=b"x" * 100)
+    assert got.startswith(b"HTTP/1.1 408"), got[:200]
+    assert b"serve.body_timeout_s" in got or took < 3.0
+    assert took < 3.0, f"answered after {took:.1f} s, the deadline is 1 s"
+
+
+def test_slow_headers_are_cut_off(server):
+    _, port = server
+    with raw(port) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+        got, took = closed_within(sock, 5.0, trickle=b"X-Slow: " + b"a" * 100)
+    assert got == b"", got[:200]  # closed, never answered
+    assert took < 3.0, f"closed after {took:.1f} s, the deadline is 1 s"
+
+
+def test_a_fast_client_is_not_cut_off(server):
+    client, _ = server
+    for _ in range(3):  # keep-alive: the deadline is armed again after each response
+        assert client.get("/health").status_code == 200
+    time.sleep(1.5)  # idle past header_timeout_s, within keep_alive_s... or reconnected
+    assert client.get("/health").status_code == 200
+
+
+def test_oversized_headers_are_refused(server, params):
+    client, _ = server
+    assert client.get("/health", headers={"X-Small": "a" * 1024}).status_code == 200
+    # h11 bounds the headers it buffers unfinished: headers that arrive over several reads
+    # (asyncio reads up to 256 KB at once) and pass serve.max_header_kb are refused.
+    big = "a" * (params.serve.max_header_kb * 1024 * 64)
+    try:
+        status = client.get("/health", headers={"X-Big": big}).status_code
+    except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError):
+        status = 400  # answered 400 and closed while the client was still sending
+    assert status == 400
