@@ -14,8 +14,13 @@ from typing import Any
 
 @contextmanager
 def staged_dir(final: Path) -> Iterator[Path]:
-    """Yield an empty temporary folder beside `final`; it replaces `final` only on success."""
+    """Yield an empty temporary folder beside `final`; it replaces `final` only on success.
+
+    A stage killed outright (SIGKILL, power loss) cannot remove its folder: the next run of the
+    stage removes what such runs left (DVC runs one stage of a repository at a time)."""
     final.parent.mkdir(parents=True, exist_ok=True)
+    for stale in final.parent.glob(f".{final.name}.tmp-*"):
+        shutil.rmtree(stale, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.tmp-"))
     try:
         yield tmp

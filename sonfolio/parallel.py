@@ -140,6 +140,7 @@ def _work(conn: Connection, fn: Callable[[Any], Any], parent: int) -> None:
     # (else each prints a traceback). SIGTERM raises, so that `finally` blocks run.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    _term_with_parent()
     while True:
         if not conn.poll(_PARENT_CHECK_S):
             if os.getppid() != parent:  # the stage was killed outright (SIGKILL): stop too
@@ -156,6 +157,20 @@ def _work(conn: Connection, fn: Callable[[Any], Any], parent: int) -> None:
                 conn.send(("error", exc, remote))
             except Exception:  # the exception itself does not pickle: send its text
                 conn.send(("error", RuntimeError(f"{type(exc).__name__}: {exc}"), remote))
+
+
+def _term_with_parent() -> None:
+    """Linux: have the kernel send this worker SIGTERM when the stage dies, even by SIGKILL and
+    in the middle of an item (the idle check below cannot see that). There is no Python API
+    for prctl(PR_SET_PDEATHSIG); elsewhere the idle check is the only guard."""
+    import ctypes
+    import ctypes.util
+
+    if os.uname().sysname != "Linux":
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
 
 
 def _supervise(

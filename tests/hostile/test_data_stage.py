@@ -174,7 +174,7 @@ with sigterm_raises():  # as tasks.data.main runs the stage
 """
 
 
-@pytest.mark.parametrize("how", ["SIGTERM", "Ctrl-C"])
+@pytest.mark.parametrize("how", ["SIGTERM", "Ctrl-C", "SIGKILL"])
 def test_a_stopped_stage_leaves_no_worker_and_no_staged_folder(tmp_path, how):
     (tmp_path / "mine").mkdir()
     for i in range(4):
@@ -196,6 +196,8 @@ def test_a_stopped_stage_leaves_no_worker_and_no_staged_folder(tmp_path, how):
         assert list(tmp_path.glob(".out.tmp-*")), "the stage should be mid-way"
         if how == "SIGTERM":
             stage.send_signal(signal.SIGTERM)
+        elif how == "SIGKILL":  # nothing of the stage runs: its workers must still stop
+            stage.kill()
         else:
             os.killpg(stage.pid, signal.SIGINT)
         assert stage.wait(20) != 0
@@ -203,11 +205,23 @@ def test_a_stopped_stage_leaves_no_worker_and_no_staged_folder(tmp_path, how):
         if stage.poll() is None:
             stage.kill()
     workers = [int(p.name.removeprefix("pid-")) for p in tmp_path.glob("pid-*")]
-    time.sleep(0.2)
-    alive = [
-        pid
-        for pid in workers
-        if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    ]
-    assert alive == [], f"orphan workers {alive}"
-    assert not list(tmp_path.glob(".out.tmp-*")) and not (tmp_path / "out").exists()
+
+    def alive() -> list[int]:
+        return [
+            pid
+            for pid in workers
+            if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        ]
+
+    deadline = time.monotonic() + 5
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert alive() == [], f"orphan workers {alive()}"
+    assert not (tmp_path / "out").exists()
+    if how == "SIGKILL":  # its staged folder stays, until the stage's next run removes it
+        from sonfolio.io import staged_dir
+
+        assert list(tmp_path.glob(".out.tmp-*"))
+        with staged_dir(tmp_path / "out") as staged:
+            (staged / "rows.jsonl").write_text("")
+    assert not list(tmp_path.glob(".out.tmp-*"))
