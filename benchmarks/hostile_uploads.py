@@ -41,6 +41,7 @@ from PIL import Image, ImageDraw
 from rich.table import Table
 
 from benchmarks import console
+from sonfolio import cpu
 from sonfolio.config.params import load_params
 from sonfolio.io import write_json
 
@@ -322,12 +323,21 @@ def main() -> None:
     finally:
         server.terminate()
         server.wait(timeout=30)
+    served = {}
+    for track, given in (("score", args.score_model), ("speech", args.speech_model)):
+        if given is None:  # as `sonfolio serve` picks it
+            from sonfolio.infer.run import default_model
+
+            params = load_params(args.params)
+            given, _ = default_model(track, params.paths, params.infer.variant)
+        served[track] = str(given)
     result = {
-        "models": {"score": str(args.score_model), "speech": str(args.speech_model)},
+        "models": served,
         "params": str(args.params),
         "idle_rss_mb": round(baseline),
         "target_mb": TARGET_MB,
         "cpu_count": os.cpu_count(),
+        "cpu": cpu.isa(),
         "cases": rows,
     }
     write_json(args.out, result)
