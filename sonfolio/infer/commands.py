@@ -175,12 +175,25 @@ def run_read(args: argparse.Namespace) -> int:
         log.info("%s: %d systems", name, len(reading.systems))
         return name, reading
 
+    engraved: list[int] = []
+
+    def lilypond(_model: str, results: list[Any]) -> str:
+        engraved.append(formats.valid_systems(results))
+        return formats.read_lilypond(results)
+
     render = {
         "json": formats.read_json,
-        "ly": lambda _model, results: formats.read_lilypond(results),
+        "ly": lilypond,
         "text": lambda _model, results: formats.read_text(results),
     }[args.format]
-    return _each_input(args, "score", args.images, opener, one, render)
+    code = _each_input(args, "score", args.images, opener, one, render)
+    if engraved == [0]:  # a .ly that LilyPond would "compile" into an empty page: say so
+        log.error(
+            "no system read is valid canonical LilyPond: the .ly engraves nothing (the texts "
+            "are kept in it as comments; --format json has each system's reason)"
+        )
+        return 1
+    return code
 
 
 def run_transcribe(args: argparse.Namespace) -> int:

@@ -58,15 +58,38 @@ def flat_text(text: str, limit: int = COMMENT_MAX_CHARS) -> str:
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
+def comment_text(text: str) -> str:
+    """`text` as the rest of a `%` line comment, kept as it was but on one line.
+
+    LilyPond's lexer ends a line comment at a line feed or carriage return only, and reads
+    nothing inside it, so any other character is inert there; every control character and
+    Unicode line or paragraph separator becomes a space all the same (an editor may break the
+    line there). The caller writes "% " before it, so it cannot open a `%{` block comment.
+    """
+    out = "".join(" " if unicodedata.category(ch) in ("Cc", "Zl", "Zp") else ch for ch in text)
+    return out.encode("utf-8", "replace").decode("utf-8")  # lone surrogates -> "?"
+
+
+def valid_systems(results: Sequence[tuple[str, Reading]]) -> int:
+    """How many systems read are valid canonical LilyPond (what a .ly can engrave)."""
+    return sum(s.problem is None for _, reading in results for s in reading.systems)
+
+
 def read_lilypond(results: Sequence[tuple[str, Reading]]) -> str:
     """A LilyPond file with the project's preamble and one \\score per system, in order.
 
-    A text outside the canonical grammar is left out (listed in a comment with the reason, its
-    text only in `--format json`): it may not compile, and LilyPond input can run Scheme, so
-    only canonical text goes in. Every other byte is the preamble or a comment of flat_text:
-    an image's name is the user's (or an uploader's) and must not become LilyPond input.
+    A text outside the canonical grammar is not engraved: it may not compile, and LilyPond
+    input can run Scheme, so only canonical text goes in. It is kept, marked, as a `%` comment
+    line (comment_text) under the reason, so the reading is not lost. Names are comments of
+    flat_text: an image's name is the user's (or an uploader's) and must not become input.
+    When no system is valid, the first lines say that nothing is engraved.
     """
     header = ["% Read by `sonfolio read`: one \\score per staff system, in this order"]
+    if not valid_systems(results):
+        header.append(
+            "% NOTHING ENGRAVED: none of the texts read is valid canonical LilyPond "
+            "(they are kept below, as comments)"
+        )
     kept: list[str] = []
     for name, reading in results:
         for s in reading.systems:
@@ -77,6 +100,7 @@ def read_lilypond(results: Sequence[tuple[str, Reading]]) -> str:
             else:
                 why = flat_text(s.problem)
                 header.append(f"% left out, not canonical LilyPond ({why}): {where}")
+                header.append(f"%   its text: {comment_text(s.text)}")
     return "\n".join(header) + "\n" + document(kept)
 
 

@@ -86,7 +86,10 @@ def test_hostile_names_compile_and_run_no_scheme(lilypond, tmp_path):
     assert sum(line.startswith("\\score") for line in code) == len(HOSTILE)
     comments = [line for line in text.splitlines() if line.startswith("% ")]
     assert sum("left out" in line for line in comments) == len(HOSTILE)
-    assert all("#" not in line and "\\include" not in line for line in comments[1:])
+    # the left-out text is kept, on one comment line each (inert there: the markers prove it)
+    assert sum(line == f"%   its text: {hostile_text}" for line in comments) == len(HOSTILE)
+    names = [line for line in comments[1:] if "its text:" not in line]
+    assert all("#" not in line and "\\include" not in line for line in names)
 
 
 @pytest.fixture(scope="module")
@@ -111,9 +114,13 @@ def test_sonfolio_read_format_ly_with_hostile_file_names_runs_no_scheme(tiny, li
     argv = ["read", *map(str, tiny["images"]), "--model", str(tiny["model"]), "--format", "ly"]
     params = params_file(tmp_path, **TINY_INFER)
     argv += ["-o", str(out), "--params", str(params), "--threads", "1", "--device", "cpu"]
-    assert main(argv) == 0
+    code = main(argv)
     text = out.read_text(encoding="utf-8")
     assert len([line for line in text.splitlines() if " system 1 " in line]) == 3
+    # an untrained model may read nothing valid: then exit 1 and a file that says so
+    engraved = any(line.startswith("\\score") for line in text.splitlines())
+    assert code == (0 if engraved else 1)
+    assert engraved or text.splitlines()[1].startswith("% NOTHING ENGRAVED")
     done = compile_ly(lilypond, text, tmp_path / "run")
     assert done.returncode == 0, done.stderr
     assert markers(tmp_path) == []
@@ -134,3 +141,30 @@ def test_post_read_format_ly_with_a_hostile_upload_name_runs_no_scheme(
     done = compile_ly(lilypond, response.text, tmp_path / "run")
     assert done.returncode == 0, done.stderr
     assert markers(tmp_path) == []
+
+
+def test_a_left_out_text_is_kept_on_one_comment_line_and_runs_nothing(lilypond, tmp_path):
+    """A model's text that is not canonical is kept in the .ly for the reader, but as a comment:
+    every line break LilyPond (or an editor) knows is folded, so no part of it becomes input."""
+    breaks = ["\n", "\r", "\r\n", "\x0b", "\x0c", "\x85", "\u2028", "\u2029"]
+    texts = [f"c'4{b}#(system \"touch pwned_t{i}\"){b}d'4" for i, b in enumerate(breaks)]
+    texts += ['%{ #(system "touch pwned_block") %}', os.fsdecode(b'e\'4 \xff\n$(system "x")')]
+    systems = [SystemText(1, Box(0, 0, 10, 10), SYSTEMS[0], None)]
+    systems += [SystemText(i + 2, Box(0, 10, 10, 20), t, _problem(t)) for i, t in enumerate(texts)]
+    text = read_lilypond([("page.png", Reading(systems, 0.0))])
+    kept = [line for line in text.splitlines() if line.startswith("%   its text: ")]
+    assert len(kept) == len(texts)  # one line each, whatever line breaks the text held
+    assert '#(system "touch pwned_t0")' in kept[0]  # kept as read, not mangled
+    done = compile_ly(lilypond, text, tmp_path / "run")
+    assert done.returncode == 0, done.stderr
+    assert markers(tmp_path) == []
+
+
+def test_a_reading_with_no_valid_system_says_nothing_is_engraved():
+    bad = "c'4 {"
+    systems = [SystemText(1, Box(0, 0, 10, 10), bad, _problem(bad))]
+    lines = read_lilypond([("page.png", Reading(systems, 0.0))]).splitlines()
+    assert lines[1].startswith("% NOTHING ENGRAVED")
+    assert not any(line.startswith("\\score") for line in lines)
+    ok = [SystemText(1, Box(0, 0, 10, 10), SYSTEMS[0], None)]
+    assert "NOTHING ENGRAVED" not in read_lilypond([("page.png", Reading(ok, 0.0))])
