@@ -219,3 +219,16 @@ def test_read_and_transcribe_with_int8_onnx_exports(files, capsys, params):
     argv = [str(files["long"]), "--model", str(exported["speech"]), "--format", "json"]
     assert cli(files, "transcribe", *argv) == 0
     assert len(json.loads(capsys.readouterr().out)["files"][0]["chunks"]) == 3
+
+
+def test_a_page_with_no_staff_says_so_and_its_ly_engraves_nothing(files, caplog, tmp_path):
+    blank = tmp_path / "blank.png"
+    Image.new("L", (800, 1100), 255).save(blank)
+    out = tmp_path / "blank.ly"
+    model = str(files["score"])
+    code = cli(
+        files, "read", str(blank), "--page", "--model", model, "--format", "ly", "-o", str(out)
+    )
+    assert code == 1  # not a file that LilyPond "compiles" into an empty page, with exit 0
+    assert "no staff system found" in caplog.text
+    assert out.read_text().splitlines()[1].startswith("% NOTHING ENGRAVED")

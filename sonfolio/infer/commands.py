@@ -172,7 +172,14 @@ def run_read(args: argparse.Namespace) -> int:
             reading = read_image(variant, image, args.page, cfg)
         except BadInput as err:
             raise CommandError(f"{name}: {err}") from None
-        log.info("%s: %d systems", name, len(reading.systems))
+        if reading.systems:
+            log.info("%s: %d systems", name, len(reading.systems))
+        else:  # said, not an empty line that looks like a reading
+            log.warning(
+                "%s: no staff system found (a page of printed music? the staff finder's "
+                "settings are params.yaml infer.page)",
+                name,
+            )
         return name, reading
 
     engraved: list[int] = []
