@@ -1,0 +1,516 @@
+"""Whole pages of held-out music, engraved with LilyPond's default page layout, read end to end
+as `sonfolio read --page` reads them, and compared with the truth note by note.
+
+    python -m benchmarks.pages [--pieces 24] [--model DIR] [--dpi 200] [--paper a4]
+
+Pieces: whole pieces of the collections params.yaml holds out of training
+(score_data.split.heldout_collections) and of music21 collections no score_data source uses
+(--extra, default airdsAirs), seeded (--seed), taken in turn from each collection. A piece
+must convert to one staff of canonical LilyPond as a whole (sonfolio.score.convert with one
+system for the whole part); one that does not is skipped and counted by reason.
+
+Engraving: the piece's canonical text in a plain `\\score` with a `\\header` title, LilyPond's
+default layout otherwise (its own line and page breaking, bar numbers, no time signature on
+continuation systems, the tagline), PNG pages at --dpi.
+
+Truth, per page and proven: a `page-post-process` hook written into the benchmark's .ly prints,
+for each page, each system's first and last moment (its left and right paper columns' `when`,
+in whole notes from the start). The systems must tile the piece exactly (first at 0, each
+starting where the previous ends, the last ending at the text's length) and the pages must
+match the PNGs written, or the piece is skipped (`layout_unproven`). A page's true notes are
+the notes whose onset lies within its systems.
+
+Notes: (pitch, duration) pairs in order, music21 pitches (`F#4`) and quarter lengths, a
+chord's pitches from low to high. The truth's come from the engraved canonical text (and are
+checked against music21's own reading of the piece, `truth_matches_music21`); a prediction's
+from each predicted system's text, valid or not (what the grammar's note, chord and tuplet
+shapes recover; anything else is ignored), concatenated in page order. note_error_rate: the
+edit distance between the sequences / truth length, summed over pages; `_pitch`: pitches only.
+The baseline repeats the page's most common note (or pitch) as often as the truth has notes.
+For context, from the --root run's eval@score of the same variant: system_ter_test (the test
+split's symbol, i.e. token, error rate: `ser` in metrics/score_eval.json) and
+note_error_rate_test_systems (this note measure on its test predictions.jsonl).
+
+Writes benchmarks/results/pages.json (figures, per-page rows, conditions) and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import random
+import re
+import subprocess
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+from music21 import pitch, stream
+from PIL import Image
+from rapidfuzz.distance import Levenshtein
+from rich.table import Table
+
+from benchmarks import console
+from sonfolio import cpu
+from sonfolio.config.data import ScoreSource
+from sonfolio.config.params import Params, load_params
+from sonfolio.io import read_jsonl, write_json
+from sonfolio.score.convert import systems_from_score
+from sonfolio.score.lilypond import LILYPOND_VERSION, find_lilypond
+from sonfolio.score.parse import SourceError, abc_tune_score, abc_tunes, pieces_from_file
+from sonfolio.score.sources import Unit, list_units
+
+RESULTS = Path("benchmarks/results/pages.json")
+WHOLE_PIECE = 100_000  # bars per system: the converter gives the whole part as one text
+
+# Printed by LilyPond once page breaking is done: a line per page, then one per system on it,
+# with its left and right columns' moments (whole notes from the start of the music).
+LAYOUT_HOOK = r"""#(define (sonfolio-layout layout pages)
+  (let loop ((ps pages) (k 1))
+    (if (pair? ps)
+      (begin
+        (ly:message "SONFOLIO-PAGE ~a" k)
+        (for-each
+          (lambda (line)
+            (let ((sys (ly:prob-property line 'system-grob #f)))
+              (if (ly:grob? sys)
+                (ly:message "SONFOLIO-SYSTEM ~a ~a ~a" k
+                  (ly:moment-main (ly:grob-property (ly:spanner-bound sys LEFT) 'when))
+                  (ly:moment-main (ly:grob-property (ly:spanner-bound sys RIGHT) 'when))))))
+          (ly:prob-property (car ps) 'lines '()))
+        (loop (cdr ps) (+ k 1))))))
+"""
+_PAGE = re.compile(r"^SONFOLIO-PAGE (\d+)$", re.MULTILINE)
+_SYSTEM = re.compile(r"^SONFOLIO-SYSTEM (\d+) (-?\d+(?:/\d+)?) (-?\d+(?:/\d+)?)$", re.MULTILINE)
+
+# Lenient note shapes of the canonical grammar (a prediction may break the grammar anywhere).
+_PITCH = r"([a-g])(isis|eses|is|es)?('{1,5}|,{1,4})?"
+_DUR = r"(1|2|4|8|16|32|64)(\.{0,2})"
+_NOTE = re.compile(rf"{_PITCH}{_DUR}~?")
+_CHORD_OPEN = re.compile(rf"<{_PITCH}")
+_CHORD_MID = re.compile(_PITCH)
+_CHORD_END = re.compile(rf"{_PITCH}>{_DUR}~?")
+_REST = re.compile(rf"r{_DUR}")
+_RATIO = re.compile(r"([1-9][0-9]?)/([1-9][0-9]?)")
+_ALTER = {None: 0, "is": 1, "isis": 2, "es": -1, "eses": -2}
+
+
+class LayoutUnproven(RuntimeError):
+    """LilyPond's layout report does not account for the whole piece, page by page."""
+
+
+@dataclass(frozen=True)
+class Note:
+    pitch: str  # music21 nameWithOctave: "F#4"
+    length: Fraction  # quarter notes (a tuplet's members scaled)
+    onset: Fraction  # whole notes from the start, as LilyPond's moments
+
+
+@dataclass(frozen=True)
+class Page:
+    png: Path
+    systems: list[tuple[Fraction, Fraction]]  # (start, end) moments of each system
+
+
+def _m21_pitch(step: str, alter: str | None, marks: str | None) -> str:
+    octave = 3 + (marks or "").count("'") - (marks or "").count(",")
+    return pitch.Pitch(step.upper(), octave=octave, accidental=_ALTER[alter]).nameWithOctave
+
+
+def _length(base: str, dots: str) -> Fraction:
+    value = Fraction(1, int(base))
+    return value * (2 - Fraction(1, 2 ** len(dots)))  # whole notes
+
+
+def notes_of(text: str) -> tuple[list[Note], Fraction]:
+    """The notes a text spells, in order, and where its music ends (whole notes); tokens
+    that are no note shape are skipped.
+
+    A chord gives each of its pitches (as written, low to high in canonical text); rests move
+    time on but give no note; `\\tuplet N/M { ... }` scales its members by M/N.
+    """
+    notes: list[Note] = []
+    onset, scale = Fraction(0), Fraction(1)
+    chord: list[str] | None = None
+    toks = text.split()
+    for i, tok in enumerate(toks):
+        if tok == "\\tuplet" and i + 1 < len(toks) and (m := _RATIO.fullmatch(toks[i + 1])):
+            scale = Fraction(int(m[2]), int(m[1]))
+        elif tok == "}":
+            scale = Fraction(1)
+        elif chord is None and (m := _NOTE.fullmatch(tok)):
+            length = _length(m[4], m[5]) * scale
+            notes.append(Note(_m21_pitch(m[1], m[2], m[3]), length * 4, onset))
+            onset += length
+        elif m := _REST.fullmatch(tok):
+            onset += _length(m[1], m[2]) * scale
+        elif m := _CHORD_OPEN.fullmatch(tok):
+            chord = [_m21_pitch(m[1], m[2], m[3])]
+        elif chord is not None and (m := _CHORD_MID.fullmatch(tok)):
+            chord.append(_m21_pitch(m[1], m[2], m[3]))
+        elif chord is not None and (m := _CHORD_END.fullmatch(tok)):
+            length = _length(m[4], m[5]) * scale
+            chord.append(_m21_pitch(m[1], m[2], m[3]))
+            notes += [Note(p, length * 4, onset) for p in chord]
+            onset, chord = onset + length, None
+    return notes, onset
+
+
+def music21_notes(part: stream.Part) -> list[tuple[str, Fraction]]:
+    """music21's own (pitch, quarter length) sequence of a part, grace notes left out."""
+    out: list[tuple[str, Fraction]] = []
+    for n in part.flatten().notes:
+        if n.duration.isGrace:
+            continue
+        ql = Fraction(n.quarterLength).limit_denominator(1000)
+        out += [(p.nameWithOctave, ql) for p in sorted(n.pitches, key=lambda p: p.ps)]
+    return out
+
+
+def edit_rate(truth: list, hyp: list) -> tuple[int, int]:
+    """(edit distance, truth length) of two sequences of hashable items."""
+    return Levenshtein.distance(truth, hyp), len(truth)
+
+
+def baseline_distance(truth: list) -> int:
+    """Errors of a guess that repeats the most common item as often as the truth has items."""
+    return len(truth) - (Counter(truth).most_common(1)[0][1] if truth else 0)
+
+
+@dataclass(frozen=True)
+class Piece:
+    unit: Unit
+    title: str
+    text: str  # the whole part as one canonical text
+    music21: list[tuple[str, Fraction]]  # music21's own notes of the part
+
+
+def candidate_units(params: Params, extra: list[str], seed: int) -> list[Unit]:
+    """Held-out and unused collections' pieces, each collection shuffled with `seed`, then
+    taken in turn (first of each, second of each...), so any prefix mixes them."""
+    cfg = params.score_data
+    used = {s.music21 for s in cfg.sources if s.music21}
+    held = [s for s in cfg.sources if s.name in cfg.split.heldout_collections]
+    unused = [name for name in extra if name not in used]
+    sources = [s.model_copy(update={"max_pieces": None}) for s in held]
+    sources += [ScoreSource(name=n, music21=n) for n in unused]
+    pools = []
+    for source in sources:
+        units = list_units(source, params.paths.download_cache, seed, cfg.limits)
+        random.Random(f"{seed}/pages/{source.name}").shuffle(units)
+        pools.append(units)
+    return [u for row in zip(*pools, strict=False) for u in row]
+
+
+def load_piece(unit: Unit, counts: Counter[str]) -> Piece | None:
+    """The piece as one canonical text, or None (counted by reason) when it has several
+    staves or a measure the converter cannot write."""
+    try:
+        if unit.tune is None:
+            score = pieces_from_file(unit.path)[0][1]
+        else:
+            block = abc_tunes(unit.path.read_text(encoding="utf-8", errors="replace"))[unit.tune]
+            score = abc_tune_score(unit.piece, block[1])
+    except SourceError as err:
+        counts[f"source_{err.reason}"] += 1
+        return None
+    if len(score.parts) != 1:
+        counts["not_one_staff"] += 1
+        return None
+    systems, _ = systems_from_score(score, unit.piece, WHOLE_PIECE)
+    if len(systems) != 1:  # a measure the converter drops drops the whole piece
+        counts["not_convertible"] += 1
+        return None
+    title = (score.metadata.title if score.metadata else None) or unit.piece.rsplit("/", 1)[-1]
+    return Piece(unit, title, systems[0].text, music21_notes(score.parts[0]))
+
+
+def document(text: str, title: str, paper: str) -> str:
+    """A .ly of one piece in LilyPond's default layout, with the layout hook."""
+    safe = re.sub(r"[^A-Za-z0-9 .,;:'()&!?-]", "", title).strip() or "Untitled"
+    return (
+        f'\\version "{LILYPOND_VERSION}"\n#(set-default-paper-size "{paper}")\n'
+        f"{LAYOUT_HOOK}\\paper {{ page-post-process = #sonfolio-layout }}\n"
+        f'\\header {{ title = "{safe}" }}\n'
+        f"\\score {{ \\new Staff {{ {text} }} \\layout {{ }} }}\n"
+    )
+
+
+def engrave(text: str, title: str, workdir: Path, exe: Path, dpi: int, paper: str) -> list[Page]:
+    """PNG pages of the piece, each with its systems' moments.
+
+    Raises:
+        LayoutUnproven: LilyPond failed, or its report does not tile the piece exactly or
+            disagrees with the pages it wrote.
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "piece.ly").write_text(document(text, title, paper), encoding="utf-8")
+    proc = subprocess.run(
+        [str(exe), "-dbackend=cairo", "--png", f"-dresolution={dpi}", "-o", "piece", "piece.ly"],
+        capture_output=True, text=True, timeout=300, cwd=workdir,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        raise LayoutUnproven(f"lilypond failed: {proc.stderr[-500:]}")
+    pages = [int(k) for k in _PAGE.findall(proc.stderr)]
+    systems: dict[int, list[tuple[Fraction, Fraction]]] = {k: [] for k in pages}
+    for k, start, end in _SYSTEM.findall(proc.stderr):
+        systems[int(k)].append((Fraction(start), Fraction(end)))
+    pngs = sorted(workdir.glob("piece*.png"), key=_page_number)
+    if pages != list(range(1, len(pages) + 1)) or len(pngs) != len(pages):
+        raise LayoutUnproven(f"{len(pngs)} PNGs for pages {pages}")
+    spans = [s for k in pages for s in systems[k]]
+    _, length = notes_of(text)
+    starts_ok = all(a[1] == b[0] for a, b in zip(spans, spans[1:], strict=False))
+    if not spans or spans[0][0] != 0 or spans[-1][1] != length or not starts_ok:
+        raise LayoutUnproven(f"systems {spans} do not tile 0..{length}")
+    return [Page(png, systems[k]) for png, k in zip(pngs, pages, strict=True)]
+
+
+def _page_number(png: Path) -> int:
+    m = re.search(r"-(?:page)?(\d+)\.png$", png.name)
+    return int(m[1]) if m else 0
+
+
+def page_truth(notes: list[Note], page: Page) -> list[Note]:
+    start, end = page.systems[0][0], page.systems[-1][1]
+    return [n for n in notes if start <= n.onset < end]
+
+
+def page_row(piece: Piece, number: int, page: Page, truth: list[Note], reading: Any) -> dict:
+    """One page's figures: systems true, found and valid, and the note edit distances."""
+    hyp = [n for s in reading.systems for n in notes_of(s.text)[0]]
+    pairs, pitches = [(n.pitch, n.length) for n in truth], [n.pitch for n in truth]
+    dist, _ = edit_rate(pairs, [(n.pitch, n.length) for n in hyp])
+    dist_pitch, _ = edit_rate(pitches, [n.pitch for n in hyp])
+    return {
+        "piece": piece.unit.piece,
+        "collection": piece.unit.collection,
+        "title": piece.title,
+        "page": number,
+        "true_systems": len(page.systems),
+        "found_systems": len(reading.systems),
+        "valid_systems": sum(s.problem is None for s in reading.systems),
+        "truth_notes": len(truth),
+        "predicted_notes": len(hyp),
+        "distance": dist,
+        "distance_pitch": dist_pitch,
+        "baseline_distance": baseline_distance(pairs),
+        "baseline_distance_pitch": baseline_distance(pitches),
+    }
+
+
+def summarize(rows: list[dict]) -> dict[str, Any]:
+    """The figures over all pages (note rates summed over pages, not averaged)."""
+    found = sum(r["found_systems"] for r in rows)
+    true = sum(r["true_systems"] for r in rows)
+    truth = sum(r["truth_notes"] for r in rows)
+    ratios = [r["found_systems"] / r["true_systems"] for r in rows]
+
+    def rate(key: str) -> float | None:
+        return round(sum(r[key] for r in rows) / truth, 4) if truth else None
+
+    return {
+        "pages": len(rows),
+        "true_systems": true,
+        "found_systems": found,
+        "valid_rate": round(sum(r["valid_systems"] for r in rows) / found, 4) if found else None,
+        "systems_found_ratio": {
+            "overall": round(found / true, 4) if true else None,
+            "pages_within_0.95_1.05": round(sum(0.95 <= x <= 1.05 for x in ratios) / len(rows), 4)
+            if rows
+            else None,
+            "per_page": [round(x, 3) for x in ratios],
+        },
+        "truth_notes": truth,
+        "predicted_notes": sum(r["predicted_notes"] for r in rows),
+        "note_error_rate": rate("distance"),
+        "note_error_rate_pitch": rate("distance_pitch"),
+        "baseline_most_common_note": {
+            "note_error_rate": rate("baseline_distance"),
+            "note_error_rate_pitch": rate("baseline_distance_pitch"),
+        },
+    }
+
+
+def test_split_figures(metrics: Path, predictions: Path, variant: str) -> dict[str, Any]:
+    """The test split's symbol (token) error rate from eval@score, and the same note error
+    measure on its predictions, for the model's own renders; None where absent."""
+    import json
+
+    ter = None
+    if metrics.is_file():
+        splits = json.loads(metrics.read_text())["variants"].get(variant, {}).get("splits", {})
+        ter = splits.get("test", {}).get("ser")
+    out: dict[str, Any] = {"system_ter_test": ter, "note_error_rate_test_systems": None}
+    if predictions.is_file():
+        dist = dist_pitch = total = 0
+        for row in read_jsonl(predictions):
+            ref, hyp = notes_of(row["ref"])[0], notes_of(row["hyp"])[0]
+            dist += edit_rate(
+                [(n.pitch, n.length) for n in ref], [(n.pitch, n.length) for n in hyp]
+            )[0]
+            dist_pitch += edit_rate([n.pitch for n in ref], [n.pitch for n in hyp])[0]
+            total += len(ref)
+        out["note_error_rate_test_systems"] = {
+            "note_error_rate": round(dist / total, 4),
+            "note_error_rate_pitch": round(dist_pitch / total, 4),
+            "truth_notes": total,
+            "predictions": str(predictions),
+        }
+    return out
+
+
+def read_page(variant: Any, png: Path, params: Params) -> tuple[Any, float]:
+    """The page read as `sonfolio read --page` reads it: decoded, grey, cut, decoded by the
+    model; and the seconds it took."""
+    from sonfolio.infer.inputs import to_gray
+    from sonfolio.infer.run import read_image
+
+    start = time.perf_counter()
+    with Image.open(png) as img:
+        gray = to_gray(img, png.name)
+    reading = read_image(variant, gray, True, params.infer)
+    return reading, time.perf_counter() - start
+
+
+def run(args: argparse.Namespace, params: Params, variant: Any, work: Path) -> dict[str, Any]:
+    exe = find_lilypond(params.score_data.lilypond)
+    counts: Counter[str] = Counter()
+    rows, pieces, read_s = [], [], 0.0
+    for unit in candidate_units(params, args.extra, args.seed):
+        if len(pieces) == args.pieces:
+            break
+        piece = load_piece(unit, counts)
+        if piece is None:
+            continue
+        try:
+            pages = engrave(
+                piece.text, piece.title, work / f"{len(pieces):03d}", exe, args.dpi, args.paper
+            )
+        except LayoutUnproven as err:
+            logging.warning("%s: %s", unit.piece, err)
+            counts["layout_unproven"] += 1
+            continue
+        notes, _ = notes_of(piece.text)
+        for number, page in enumerate(pages, 1):
+            reading, seconds = read_page(variant, page.png, params)
+            read_s += seconds
+            rows.append(page_row(piece, number, page, page_truth(notes, page), reading))
+            rows[-1]["read_s"] = round(seconds, 3)
+        pieces.append(
+            {
+                "piece": unit.piece,
+                "title": piece.title,
+                "pages": len(pages),
+                "systems": sum(len(p.systems) for p in pages),
+                "truth_notes": len(notes),
+                "truth_matches_music21": [(n.pitch, n.length) for n in notes] == piece.music21,
+            }
+        )
+    result = summarize(rows)
+    result["pages_per_second"] = round(len(rows) / read_s, 3) if read_s else None
+    result["pieces"] = pieces
+    result["skipped_pieces"] = dict(counts)
+    result["rows"] = rows
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--pieces", type=int, default=24, help="whole pieces engraved and read")
+    parser.add_argument("--seed", type=int, default=0, help="which pieces")
+    parser.add_argument(
+        "--extra", nargs="*", default=["airdsAirs"],
+        help="music21 corpus folders no score_data source uses, besides the held-out ones",
+    )  # fmt: skip
+    parser.add_argument(
+        "--root", type=Path, default=Path("."),
+        help="the pipeline run whose params.yaml paths hold the models, metrics and eval",
+    )  # fmt: skip
+    parser.add_argument("--model", type=Path, help="default: as `sonfolio read` picks it")
+    parser.add_argument("--dpi", type=int, default=200, help="page render resolution")
+    parser.add_argument("--paper", default="a4", help="LilyPond paper size (a4, letter...)")
+    parser.add_argument("--threads", type=int, default=2, help="the model's CPU threads")
+    parser.add_argument("--keep", type=Path, help="keep the engraved pages in this folder")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    from sonfolio.infer.run import load_model
+
+    params = load_params(args.root / "params.yaml")
+    paths = params.paths
+    model = args.model
+    if model is None:  # as `sonfolio read` picks it, in the --root run
+        exported = args.root / paths.track("score").export / params.infer.variant
+        model = exported if exported.is_dir() else args.root / paths.track("score").model
+    variant = load_model(model, "score", args.threads, "cpu")
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = args.keep or Path(tmp)
+        result = run(args, params, variant, work)
+    result.update(
+        test_split_figures(
+            args.root / paths.metrics / "score_eval.json",
+            args.root / paths.track("score").eval / "samples" / model.name / "test"
+            / "predictions.jsonl",
+            model.name,
+        )
+    )  # fmt: skip
+    result["conditions"] = {
+        "model": str(model),
+        "truth": "per page: LilyPond's own layout (page-post-process hook: each system's first "
+        "and last moment), checked to tile each piece exactly",
+        "dpi": args.dpi,
+        "paper": args.paper,
+        "seed": args.seed,
+        "collections": sorted({p["piece"].split("/")[0] for p in result["pieces"]}),
+        "threads": args.threads,
+        "cpus": os.cpu_count(),
+        "cpu": cpu.isa(),
+        "load_average_before": [round(x, 2) for x in load_before],
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+    }
+    write_json(args.out, result)
+    print_table(result)
+    print(f"wrote {args.out}")
+
+
+def print_table(result: dict[str, Any]) -> None:
+    table = Table(title=f"pages read end to end ({result['conditions']['model']})")
+    for col in ("piece", "page", "systems true/found/valid", "notes true/pred", "NER", "NER pitch"):
+        table.add_column(col, overflow="fold")
+    for r in result["rows"]:
+        n = max(r["truth_notes"], 1)
+        table.add_row(
+            r["piece"], str(r["page"]),
+            f"{r['true_systems']}/{r['found_systems']}/{r['valid_systems']}",
+            f"{r['truth_notes']}/{r['predicted_notes']}",
+            f"{r['distance'] / n:.3f}", f"{r['distance_pitch'] / n:.3f}",
+        )  # fmt: skip
+    console().print(table)
+    base = result["baseline_most_common_note"]
+    test = result.get("note_error_rate_test_systems") or {}
+    ratio = result["systems_found_ratio"]
+    for name, value in (
+        ("note error rate (pitch+duration / pitch)",
+         f"{result['note_error_rate']} / {result['note_error_rate_pitch']}"),
+        ("most common note baseline",
+         f"{base['note_error_rate']} / {base['note_error_rate_pitch']}"),
+        ("same measure, test split systems",
+         f"{test.get('note_error_rate')} / {test.get('note_error_rate_pitch')}"),
+        ("system TER, test split", str(result["system_ter_test"])),
+        ("valid rate", str(result["valid_rate"])),
+        ("systems found / true (pages within 0.95-1.05)",
+         f"{ratio['overall']} ({ratio['pages_within_0.95_1.05']})"),
+        ("pages per second", str(result["pages_per_second"])),
+    ):  # fmt: skip
+        print(f"{name}: {value}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+"""benchmarks/pages.py's logic that could go wrong without a sound: the true systems of each
+page from LilyPond's layout report (checked against the staves the page cutter finds on a real
+2-page engraving), the notes read from a text, and the note error rates."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from benchmarks.pages import (
+    Note,
+    baseline_distance,
+    document,
+    edit_rate,
+    engrave,
+    music21_notes,
+    notes_of,
+    page_truth,
+    summarize,
+)
+from sonfolio.config.params import load_params
+from sonfolio.infer.page import find_staves
+from sonfolio.score.canonical import validate
+from sonfolio.score.convert import systems_from_score
+from sonfolio.score.lilypond import find_lilypond
+from sonfolio.score.parse import abc_tune_score
+
+RUN = "c''16 b'16 a'16 g'16 f'16 e'16 d'16 c'16 d'16 e'16 f'16 g'16 a'16 b'16 c''16 d''16"
+
+
+def test_each_pages_systems_come_from_lilypond_and_match_the_staves_printed(tmp_path):
+    bars = 60  # dense 16ths: three or four bars a system, more than one A4 page
+    text = "\\clef treble \\key c \\major \\time 4/4 " + " | ".join([RUN] * bars)
+    validate(text)
+    pages = engrave(text, 'A "test" \\piece #', tmp_path, find_lilypond(), 100, "a4")
+    assert len(pages) >= 2
+    spans = [s for p in pages for s in p.systems]
+    assert spans[0][0] == 0 and spans[-1][1] == bars  # whole notes: one a 4/4 bar
+    assert all(
+        a[1] == b[0] and b[0].denominator == 1 for a, b in zip(spans, spans[1:], strict=False)
+    )
+    cfg = load_params().infer.page
+    for page in pages:  # an independent count: the staves drawn on the PNG of that page
+        gray = np.asarray(Image.open(page.png).convert("L"))
+        assert len(find_staves(gray, cfg)) == len(page.systems)
+    notes, end = notes_of(text)
+    assert end == bars and len(notes) == 16 * bars
+    parts = [page_truth(notes, p) for p in pages]
+    assert sum(parts, []) == notes  # every note on exactly one page, in order
+    assert parts[1][0].onset == pages[1].systems[0][0]
+
+
+def test_title_cannot_reach_lilypond_as_code():
+    ly = document("\\clef treble \\key c \\major \\time 4/4 c'1", 'A "b" \\c #(d) $e', "a4")
+    header = next(line for line in ly.splitlines() if line.startswith("\\header"))
+    assert header == '\\header { title = "A b c (d) e" }'
+
+
+def test_notes_of_reads_chords_tuplets_rests_and_pickups():
+    text = (
+        "\\clef treble \\key d \\major \\time 2/4 \\partial 8 a'8 | <d' fis'>4 r8 "
+        "\\tuplet 3/2 { b'16 cis''16 d''16 } | bes,4.. eeses'''16"
+    )
+    validate(text)
+    notes, end = notes_of(text)
+    third = Fraction(1, 6)  # a 16th in a triplet, in quarter notes
+    assert [(n.pitch, n.length) for n in notes] == [
+        ("A4", Fraction(1, 2)),
+        ("D4", 1),
+        ("F#4", 1),
+        ("B4", third),
+        ("C#5", third),
+        ("D5", third),
+        ("B-2", Fraction(7, 4)),
+        ("E--6", Fraction(1, 4)),
+    ]
+    assert [n.onset for n in notes][:4] == [0, Fraction(1, 8), Fraction(1, 8), Fraction(1, 2)]
+    assert end == Fraction(1, 8) + 2 * Fraction(1, 2)
+
+
+def test_notes_of_keeps_what_a_broken_prediction_spells():
+    notes, _ = notes_of("\\clef treble \\key g foo a'4 | <c' e'>8 zz c'' g'>4 | \\time")
+    assert [(n.pitch, n.length) for n in notes] == [
+        ("A4", 1),
+        ("C4", Fraction(1, 2)),
+        ("E4", Fraction(1, 2)),
+    ]
+
+
+def test_truth_notes_agree_with_music21():
+    score = abc_tune_score("t", "X:1\nT:t\nM:6/8\nL:1/8\nK:G\n(3B/c/d/|g2e dBG|[DA]3 z2 F|G6|]\n")
+    (system,), _ = systems_from_score(score, "t", 100_000)
+    notes, _ = notes_of(system.text)
+    assert [(n.pitch, n.length) for n in notes] == music21_notes(score.parts[0])
+
+
+def test_edit_rates_and_the_most_common_note_baseline():
+    c, d, e = ("C4", 1), ("D4", 1), ("E4", 1)
+    assert edit_rate([c, d, e], [c, e]) == (1, 3)
+    assert edit_rate([c, d, e], [c, ("D4", 2), e, e]) == (2, 3)
+    assert edit_rate(["C4", "D4", "E4"], ["C4", "D4", "E4", "E4"]) == (1, 3)
+    assert baseline_distance([c, c, d, c]) == 1
+    assert baseline_distance([]) == 0
+
+
+def row(true: int, found: int, valid: int, notes: int, dist: int) -> dict:
+    return {
+        "true_systems": true,
+        "found_systems": found,
+        "valid_systems": valid,
+        "truth_notes": notes,
+        "predicted_notes": notes,
+        "distance": dist,
+        "distance_pitch": dist // 2,
+        "baseline_distance": notes,
+        "baseline_distance_pitch": notes,
+    }
+
+
+def test_summary_sums_over_pages():
+    s = summarize([row(10, 10, 5, 100, 10), row(4, 3, 0, 300, 270)])
+    assert s["note_error_rate"] == pytest.approx(280 / 400)  # not the mean of 0.1 and 0.9
+    assert s["note_error_rate_pitch"] == pytest.approx(140 / 400)
+    assert s["valid_rate"] == pytest.approx(5 / 13, abs=1e-4)
+    assert s["systems_found_ratio"]["overall"] == pytest.approx(13 / 14, abs=1e-4)
+    assert s["systems_found_ratio"]["pages_within_0.95_1.05"] == 0.5
+    assert s["baseline_most_common_note"]["note_error_rate"] == 1.0
+    assert Note("C4", Fraction(1), Fraction(0)).pitch == "C4"
