@@ -6,10 +6,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import threading
 import time
 from contextlib import contextmanager
 
@@ -17,6 +15,7 @@ import httpx
 import pytest
 import uvicorn
 from infer_tiny import ROOT, SPEECH_WINDOW_S, TINY_INFER, pages_and_models, params_file, speech_wav
+from live_server import free_port, running
 
 from sonfolio.config.params import parse_params
 from sonfolio.serve import create_app
@@ -39,29 +38,12 @@ def files(tmp_path_factory, params):
     }
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextmanager
 def serving(app):
     """`app` on a real uvicorn server in a thread, on a free port of 127.0.0.1; an httpx client."""
-    port = free_port()
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not srv.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.05)
-    try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
-            yield client
-    finally:
-        srv.should_exit = True
-        thread.join(timeout=10)
+    config = uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning")
+    with running(config) as client:
+        yield client
 
 
 @pytest.fixture(scope="module")

@@ -17,8 +17,8 @@ from contextlib import contextmanager
 import httpx
 import numpy as np
 import pytest
-import uvicorn
 from infer_tiny import TINY_INFER, score_model, speech_model, speech_wav
+from live_server import free_port, running
 from PIL import Image
 
 import sonfolio.serve
@@ -41,12 +41,6 @@ def models(tmp_path_factory, params):
     }
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextmanager
 def serving(params, models, **serve):
     """The service with `serve` keys replaced, on uvicorn in a thread; an httpx client."""
@@ -54,22 +48,10 @@ def serving(params, models, **serve):
     app = create_app(
         models["infer"], cfg, models["score"], models["speech"], threads=1, device="cpu"
     )
-    port = free_port()
-    config = server_config(app, cfg, "127.0.0.1", port)
+    config = server_config(app, cfg, "127.0.0.1", free_port())
     config.log_level = "warning"
-    srv = uvicorn.Server(config)
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not srv.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.05)
-    try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
-            yield client, port
-    finally:
-        srv.should_exit = True
-        thread.join(timeout=10)
+    with running(config, timeout_s=30) as client:
+        yield client, config.port
 
 
 @pytest.fixture(scope="module")
