@@ -176,8 +176,10 @@ def to_gray(img: Image.Image, name: str) -> Image.Image:
         return img.getchannel("L")  # lightness already
     try:
         if img.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in img.info:
-            # Grey and alpha at one byte a pixel each (not RGBA's four): composited on white.
-            gray, alpha = img.convert("RGBA").convert("LA").split()
+            # Grey and alpha, composited on white; a grey image with alpha is split as it is,
+            # any other through RGBA (a palette's transparency needs it) for the time it takes.
+            la = img if img.mode == "LA" else img.convert("RGBA").convert("LA")
+            gray, alpha = la.split()
             return Image.composite(gray, Image.new("L", img.size, 255), alpha)
         return img.convert("L")
     except ValueError:
