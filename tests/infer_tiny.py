@@ -34,7 +34,7 @@ SPEECH_WINDOW_S = 2  # the tiny speech model's window, seconds
 SYSTEMS = [  # canonical systems of about the same width, as on an engraved page
     r"\clef treble \key g \major \time 4/4 g'4 a'4 b'4 c''4 | d''2 b'2",
     r"\clef bass \key f \major \time 3/4 f4 g4 a4 | c'2. | bes4 a4 g4",
-    r"\clef treble \key d \minor \time 2/4 d''8 e''8 f''4 | a'4 d''4 | e''2",
+    r"\clef treble \key f \major \time 2/4 d''8 e''8 f''4 | a'4 d''4 | e''2",
 ]
 SENTENCE = "Bonjour, il fait beau à Paris ce matin."
 

@@ -7,6 +7,12 @@ describes the format; in short::
 
     \\clef treble \\key g \\major \\time 3/4 \\partial 4 d'4 | g'4. a'8 b'4 | <d' fis' a'>2 r4
 
+The text says what the image shows (format version 2): the clef and the key signature always
+(a key by its signature: the major key with it, `\\key bes \\major` for G minor too, since no
+image shows a mode), the time signature only where it is printed, which is a piece's first
+system and a change. A system that prints none is read in the time in force before it, which
+the caller passes as `time`; without one, the first full bar sets the measure.
+
 Units: every length here is a `Fraction` of a whole note (LilyPond's unit: `4` is 1/4).
 """
 
@@ -16,6 +22,10 @@ import functools
 import re
 from dataclasses import dataclass
 from fractions import Fraction
+
+# Version of the canonical text format: 2 dropped the key's mode and made the header's time
+# signature say only what is printed (docs/canonical-lilypond.md, "Versions").
+FORMAT_VERSION = 2
 
 # Clef tokens exactly as they appear after `\clef` (octave clefs need LilyPond's quotes).
 CLEFS: tuple[str, ...] = (
@@ -42,10 +52,10 @@ MAJOR_TONICS = ("ces", "ges", "des", "aes", "ees", "bes", "f",
 MINOR_TONICS = ("aes", "ees", "bes", "f", "c", "g", "d",
                 "a", "e", "b", "fis", "cis", "gis", "dis", "ais")
 # fmt: on
-# All 15 major and 15 minor key signatures as (tonic, mode) pairs.
-KEYS: tuple[tuple[str, str], ...] = tuple((t, "major") for t in MAJOR_TONICS) + tuple(
-    (t, "minor") for t in MINOR_TONICS
-)
+# The 15 key signatures as (tonic, mode) pairs: a key is written by its signature, as the
+# major key with it (an image shows the signature, never the mode). MINOR_TONICS stays for the
+# synthetic generator, which writes music in minor keys too.
+KEYS: tuple[tuple[str, str], ...] = tuple((t, "major") for t in MAJOR_TONICS)
 
 # Time signatures the synthetic generator draws from. `validate` accepts any N/D with
 # 1 <= N <= 32 and D a power of two up to 64, because real music uses more than these.
@@ -62,7 +72,7 @@ DURATIONS: tuple[str, ...] = tuple(
 )
 
 # The only backslash commands a canonical text may hold.
-COMMANDS = ("\\clef", "\\key", "\\major", "\\minor", "\\time", "\\partial", "\\tuplet")
+COMMANDS = ("\\clef", "\\key", "\\major", "\\time", "\\partial", "\\tuplet")
 
 MAX_UP_OCTAVES = 5  # c''''' is far above any staff's ledger lines
 MAX_DOWN_OCTAVES = 4  # c,,,, likewise below
@@ -104,11 +114,16 @@ class System:
 
     `piece` is the source work (all systems of one work share it, so splits by piece keep a
     work on one side); `index` numbers the systems within the piece, over its parts in order.
+    `time` is the time signature in force before a system whose header prints none (None when
+    it prints one); `bar` the number of its first bar, which a page prints above a system that
+    does not open the piece.
     """
 
     text: str
     piece: str
     index: int
+    time: str | None = None
+    bar: int = 1
 
 
 def duration_value(token: str) -> Fraction:
@@ -195,30 +210,65 @@ def symbols(text: str) -> list[str]:
     return out
 
 
-def is_canonical(text: str) -> bool:
-    """True when `text` passes `validate`."""
+def is_canonical(text: str, time: str | None = None) -> bool:
+    """True when `text` passes `validate` (with the time in force `time`)."""
     try:
-        validate(text)
+        validate(text, time)
     except CanonicalError:
         return False
     return True
 
 
-def validate(text: str) -> None:
+def validate(text: str, time: str | None = None) -> None:
     """Check that `text` is one canonical system; bar lengths must agree with the time signature.
+
+    Args:
+        text: one system.
+        time: the time signature in force before the system (`"3/4"`), for a system whose
+            header prints none (a continuation system). Ignored when the header states one.
+            None with no `\\time` in the header: the first full bar sets the measure, and
+            every later full bar must match it.
 
     Raises:
         CanonicalError: naming the first offending token, its index and character offset.
+        ValueError: `time` is not a time signature N/D.
     """
     if not text:
         raise CanonicalError("", 0, 0, "empty text")
-    _Parser(text).run()
+    _Parser(text, time).run()
+
+
+def time_after(text: str, time: str | None = None) -> str | None:
+    """The time signature in force at the end of a valid system (what the next system is read
+    in); None when neither the system nor `time` ever stated one."""
+    parser = _Parser(text, time)
+    parser.run()
+    return parser.time or None
+
+
+def time_measure(time: str) -> Fraction:
+    """The length of a measure of time signature `time` ("6/8" -> 3/4)."""
+    m = _FRACTION.fullmatch(time)
+    if m is None or int(m.group(1)) > MAX_TIME_NUMERATOR or int(m.group(2)) not in DURATION_BASES:
+        raise ValueError(
+            f"not a time signature: {time!r}; write N/D with N <= {MAX_TIME_NUMERATOR} and "
+            f"D one of {DURATION_BASES}"
+        )
+    return Fraction(int(m.group(1)), int(m.group(2)))
+
+
+def header_time(text: str) -> str | None:
+    """The time signature a system's header prints (`\\time N/D` right after the key), if any."""
+    toks = text.split(" ")
+    return toks[6] if len(toks) > 6 and toks[5] == "\\time" else None
 
 
 class _Parser:
     """A single pass over the tokens of one system, tracking bar lengths, ties and tuplets."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, time: str | None = None) -> None:
+        self.context_time = time
+        self.context_measure = None if time is None else time_measure(time)
         self.toks = text.split(" ")
         self.starts: list[int] = []
         pos = 0
@@ -228,7 +278,7 @@ class _Parser:
         self.i = 0
         self.clef = ""
         self.key: tuple[str, str] = ("", "")
-        self.measure = Fraction(0)
+        self.measure: Fraction | None = None  # None: not known yet (set by the first full bar)
         self.time = ""
         self.partial: Fraction | None = None
         self.bar = Fraction(0)  # length of the current bar so far
@@ -266,11 +316,19 @@ class _Parser:
         self.clef = self.clef_arg()
         self.take("\\key")
         self.key = self.key_args()
-        self.take("\\time")
-        self.measure = self.time_arg()
-        if self.i < len(self.toks) and self.toks[self.i] == "\\partial":
+        if self.i < len(self.toks) and self.toks[self.i] == "\\time":
             self.take()
-            self.partial = self.partial_arg()
+            self.measure = self.time_arg()
+            if self.i < len(self.toks) and self.toks[self.i] == "\\partial":
+                self.take()
+                self.partial = self.partial_arg()
+        elif self.context_time is not None:
+            self.time, self.measure = self.context_time, self.context_measure
+        if self.i < len(self.toks) and self.toks[self.i] == "\\partial":
+            raise self.fail(
+                "a pickup opens a piece, whose first system prints its time: "
+                "\\partial only right after the header's \\time"
+            )
         self.body()
 
     def clef_arg(self) -> str:
@@ -281,13 +339,21 @@ class _Parser:
 
     def key_args(self) -> tuple[str, str]:
         tonic = self.take(what="a key tonic")
-        mode_tok = self.take(what="\\major or \\minor")
-        if mode_tok not in ("\\major", "\\minor"):
-            raise self.fail("expected \\major or \\minor", self.i - 1)
-        key = (tonic, mode_tok[1:])
+        mode_tok = self.take(what="\\major")
+        if mode_tok == "\\minor":
+            raise self.fail(
+                "a key is written by its signature, as the major key with it "
+                "(G minor is \\key bes \\major)",
+                self.i - 1,
+            )
+        if mode_tok != "\\major":
+            raise self.fail("expected \\major", self.i - 1)
+        key = (tonic, "major")
         if key not in KEYS:
             raise self.fail(
-                f"no key signature {tonic} {mode_tok} (7 accidentals at most)", self.i - 2
+                f"no key signature {tonic} {mode_tok}: the tonic of a major key with at most "
+                "7 sharps or flats",
+                self.i - 2,
             )
         return key
 
@@ -341,6 +407,8 @@ class _Parser:
         if self.clef_pending:
             raise self.fail("a clef change belongs after the bar check, before the next bar")
         expected = self.partial if (self.bars == 0 and self.partial is not None) else self.measure
+        if expected is None:  # no time signature known: the first full bar sets the measure
+            self.measure = expected = self.bar
         if self.bar != expected:
             raise self.fail(f"bar {self.bars + 1} lasts {self.bar}, the measure is {expected}")
         self.take()
@@ -478,5 +546,5 @@ class _Parser:
         if self.bars == 0 and self.partial is not None:
             if self.bar != self.partial:
                 raise self.fail(f"pickup bar lasts {self.bar}, \\partial says {self.partial}")
-        elif self.bar > self.measure:
+        elif self.measure is not None and self.bar > self.measure:
             raise self.fail(f"last bar lasts {self.bar}, longer than the measure {self.measure}")

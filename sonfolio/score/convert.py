@@ -46,12 +46,15 @@ def systems_from_score(
     counts: Counter[str] = Counter()
     systems: list[System] = []
     for part in score.parts:
-        for text in _part_texts(part, bars_per_system, counts):
-            systems.append(System(text, piece, len(systems)))
+        for text, time, bar in _part_texts(part, bars_per_system, counts):
+            systems.append(System(text, piece, len(systems), time, bar))
     return systems, counts
 
 
-def _part_texts(part: stream.Part, bars_per_system: int, counts: Counter[str]) -> list[str]:
+def _part_texts(
+    part: stream.Part, bars_per_system: int, counts: Counter[str]
+) -> list[tuple[str, str | None, int]]:
+    """(text, time in force when its header prints none, first bar's number) per system."""
     measures = list(part.getElementsByClass(stream.Measure))
     if not measures:
         counts["no_measures"] += 1
@@ -69,22 +72,30 @@ def _part_texts(part: stream.Part, bars_per_system: int, counts: Counter[str]) -
     while bars and bars[-1].error is None and not bars[-1].items:
         bars.pop()  # ABC and MusicXML often end with an empty measure after the final barline
     bars, partial = _fit_lengths(bars, counts)
-    texts: list[str] = []
+    texts: list[tuple[str, str | None, int]] = []
+    start = 0  # index of the chunk's first bar in `bars`
     for k, chunk in enumerate(_chunks(bars, bars_per_system, partial is not None)):
+        first, start = start, start + len(chunk)
         bad = next((b.error for b in chunk if b.error), None)
         if bad is not None:
             counts[bad] += 1
             continue
-        text = _render(chunk, partial if k == 0 else None, counts)
-        if _checked(text, counts):
-            texts.append(text)
+        # LilyPond prints a time signature where a piece starts and where it changes; a line
+        # that starts under the time in force prints none
+        before = bars[first - 1].end.time if first else None
+        time = before if before == chunk[0].start.time else None
+        text = _render(chunk, partial if k == 0 else None, counts, time is None)
+        # LilyPond numbers bars from 1, a pickup bar being bar 0
+        number = first if partial is not None else first + 1
+        if _checked(text, time, counts):
+            texts.append((text, time, number))
     return texts
 
 
-def _checked(text: str, counts: Counter[str]) -> bool:
+def _checked(text: str, time: str | None, counts: Counter[str]) -> bool:
     """The last guard before an image is made: a text the grammar rejects is a converter bug."""
     try:
-        validate(text)
+        validate(text, time)
     except CanonicalError as err:
         log.error("converter bug, system dropped (please report): %s\n%s", err, text)
         counts["invalid_text"] += 1
@@ -175,9 +186,13 @@ def _chunks(bars: list[Bar], n: int, pickup: bool) -> list[list[Bar]]:
     return [c for c in chunks if c]
 
 
-def _render(chunk: list[Bar], partial: Fraction | None, counts: Counter[str]) -> str:
+def _render(
+    chunk: list[Bar], partial: Fraction | None, counts: Counter[str], print_time: bool
+) -> str:
     head = chunk[0].start
-    tokens = [f"\\clef {head.clef}", f"\\key {head.key[0]} \\{head.key[1]}", f"\\time {head.time}"]
+    tokens = [f"\\clef {head.clef}", f"\\key {head.key[0]} \\{head.key[1]}"]
+    if print_time:
+        tokens.append(f"\\time {head.time}")
     if partial is not None:
         tokens.append(f"\\partial {partial_token(partial)}")
     items: list[Event | str] = []

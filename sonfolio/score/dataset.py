@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from sonfolio.parallel import pool_map, worker_count
 from sonfolio.score.canonical import System, symbols
 from sonfolio.score.convert import systems_from_score
-from sonfolio.score.lilypond import find_lilypond
+from sonfolio.score.lilypond import Setting, find_lilypond
 from sonfolio.score.parse import SourceError, abc_tune_score, abc_tunes, pieces_from_file
 from sonfolio.score.render import RenderJob, RenderSettings, render_batch
 from sonfolio.score.sources import Unit, display_name, list_units
@@ -69,6 +69,8 @@ class Entry:
     piece: str
     collection: str
     split: str
+    time: str | None = None  # the time in force when the header prints none (System.time)
+    bar: int = 1  # the number of the system's first bar, printed above it unless it is 1
 
 
 def parse_unit(unit: Unit, bars_per_system: int, limits: ScoreLimits | None = None) -> Parsed:
@@ -140,7 +142,9 @@ def plan(systems: list[tuple[System, str]], cfg: ScoreData) -> list[Entry]:
         split = split_of(system.piece, collection, cfg.split)
         image = f"images/{split}/{counters[split]:06d}.png"
         counters[split] += 1
-        entries.append(Entry(image, system.text, system.piece, collection, split))
+        entries.append(
+            Entry(image, system.text, system.piece, collection, split, system.time, system.bar)
+        )
     return entries
 
 
@@ -150,6 +154,7 @@ def render_jobs(entries: Sequence[Entry], cfg: ScoreData, out: Path) -> list[Ren
             e.text,
             out / e.image,
             augment_seed(cfg.seed, e.image) if e.split == "train" else None,
+            Setting(e.time, e.bar),
         )
         for e in entries
     ]
@@ -256,7 +261,7 @@ def build(
     cfg: ScoreData, download_cache: Path, out: Path
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Render the dataset's images into `out`; its manifest rows (image, text, piece,
-    collection, split) and its stats.
+    collection, split, time, bar) and its stats.
 
     Raises:
         LilyPondNotFound: before any parsing. SourceConfigError: a source cannot be read.

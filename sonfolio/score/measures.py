@@ -16,7 +16,6 @@ from sonfolio.score.canonical import (
     DURATION_BASES,
     MAJOR_TONICS,
     MAX_TIME_NUMERATOR,
-    MINOR_TONICS,
 )
 from sonfolio.score.notes import BarBuilder, Drop, Event
 
@@ -187,12 +186,11 @@ def clef_token(c: clef.Clef) -> str:
 
 
 def _key_args(ks: key.KeySignature) -> tuple[bool, tuple[str, str]]:
-    """(supported, (tonic, mode)); modes other than minor take the major key of the signature."""
+    """(supported, (tonic, "major")): a key by its signature, the major key with it, whatever
+    the mode (an image shows the signature only; canonical format 2)."""
     sharps = ks.sharps
     if getattr(ks, "isNonTraditional", False) or sharps is None or abs(sharps) > 7:
         return False, ("c", "major")
-    if isinstance(ks, key.Key) and ks.mode == "minor":
-        return True, (MINOR_TONICS[sharps + 7], "minor")
     return True, (MAJOR_TONICS[sharps + 7], "major")
 
 

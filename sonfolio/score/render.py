@@ -18,7 +18,7 @@ import numpy as np
 from PIL import Image
 
 from sonfolio.score.augment import degrade, rotate
-from sonfolio.score.lilypond import compile_systems
+from sonfolio.score.lilypond import Setting, compile_systems
 
 if TYPE_CHECKING:
     from sonfolio.config.data import Augment
@@ -31,6 +31,7 @@ class RenderJob:
     text: str
     dest: Path
     augment_seed: int | None  # None: store the clean render
+    setting: Setting = Setting()  # the time in force and the bar number, drawn as on a page
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,7 @@ def render_batch(jobs: Sequence[RenderJob], settings: RenderSettings) -> list[st
             Path(tmp),
             settings.lilypond,
             resolution=settings.resolution_dpi,
+            settings=[j.setting for j in jobs],
         )
         if result.returncode != 0:
             if len(jobs) == 1:

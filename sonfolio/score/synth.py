@@ -1,12 +1,15 @@
 """Synthetic canonical systems: what real corpora rarely hold, drawn from a seeded generator.
 
 Folk tunes and chorales give few clefs, keys and rhythms; this fills the gaps: every clef in
-`CLEFS`, all 30 key signatures, many time signatures, dense rhythms (16ths, 32nds, dots, ties,
+`CLEFS`, all 15 key signatures (music in 30 major and minor keys, written by signature), many
+time signatures, dense rhythms (16ths, 32nds, dots, ties,
 tuplets), ledger lines, chords, rests, accidentals beyond the key, pickups, and clef, key and
 time changes inside a system. Every text passes `canonical.validate` (checked here).
 
 Systems come in pieces of `SYSTEMS_PER_PIECE` that share a clef, key and time and continue
-each other, so a split by piece keeps a piece's systems together. Piece k uses its own random
+each other, so a split by piece keeps a piece's systems together. As on a page, only a piece's
+first system prints the time signature; the others carry it as `System.time` (and their first
+bar's number as `System.bar`, which the render prints above them). Piece k uses its own random
 stream (`f"{seed}/{k}"`), so `synth_systems(n, seed, b)` is a prefix of a larger `n`'s output.
 """
 
@@ -33,6 +36,9 @@ from sonfolio.score.canonical import (
 
 log = logging.getLogger(__name__)
 
+# The keys the music is written in: every major and minor key signature (the text writes the
+# signature alone, as the major key with it: see `_key_text`).
+_MUSIC_KEYS: tuple[tuple[str, str], ...] = KEYS + tuple((t, "minor") for t in MINOR_TONICS)
 SYSTEMS_PER_PIECE = 8
 _STEPS = "cdefgab"
 # Diatonic index (octave * 7 + step, c' = 28) of each clef's bottom staff line.
@@ -129,9 +135,9 @@ def synth_systems(n: int, seed: int, bars_per_system: int) -> list[System]:
     while len(systems) < n:
         count = min(SYSTEMS_PER_PIECE, n - len(systems))
         piece = f"synthetic/{k:05d}"
-        for i, text in enumerate(_piece_texts(k, seed, count, bars_per_system)):
-            validate(text)  # a generator bug must fail loudly here, never reach an image
-            systems.append(System(text, piece, i))
+        for i, (text, time, bar) in enumerate(_piece_texts(k, seed, count, bars_per_system)):
+            validate(text, time)  # a generator bug must fail loudly here, never reach an image
+            systems.append(System(text, piece, i, time, bar))
         k += 1
     log.info("made %d synthetic systems in %d pieces (seed %d)", len(systems), k, seed)
     return systems
@@ -144,21 +150,32 @@ def _cycled(items: tuple, seed: int, name: str, k: int):
     return order[k % len(items)]
 
 
-def _piece_texts(k: int, seed: int, count: int, bars: int) -> list[str]:
+def _piece_texts(k: int, seed: int, count: int, bars: int) -> list[tuple[str, str | None, int]]:
+    """(text, time in force when the header prints none, first bar's number) per system."""
     rng = random.Random(f"{seed}/{k}")
-    piece = _Piece(rng, "", _cycled(KEYS, seed, "key", k), rng.choice(TIMES))
+    piece = _Piece(rng, "", _cycled(_MUSIC_KEYS, seed, "key", k), rng.choice(TIMES))
     piece.set_clef(_cycled(CLEFS, seed, "clef", k))
-    texts = []
+    out: list[tuple[str, str | None, int]] = []
+    number = 1  # LilyPond's bar number: a pickup bar is bar 0
     for i in range(count):
         pickup = i == 0 and rng.random() < 0.4
         short_end = i == SYSTEMS_PER_PIECE - 1 and rng.random() < 0.4
-        texts.append(_system(piece, bars, pickup, short_end))
-    return texts
+        time = None if i == 0 else piece.time
+        out.append((_system(piece, bars, pickup, short_end, time is None), time, number))
+        number += bars
+    return out
 
 
-def _system(piece: _Piece, bars: int, pickup: bool, short_end: bool) -> str:
-    tonic, mode = piece.key
-    head = [f"\\clef {piece.clef}", f"\\key {tonic} \\{mode}", f"\\time {piece.time}"]
+def _key_text(key: tuple[str, str]) -> str:
+    """`\\key P \\major`: the major key with `key`'s signature (canonical format 2)."""
+    sharps = (MAJOR_TONICS if key[1] == "major" else MINOR_TONICS).index(key[0]) - 7
+    return f"\\key {MAJOR_TONICS[sharps + 7]} \\major"
+
+
+def _system(piece: _Piece, bars: int, pickup: bool, short_end: bool, print_time: bool) -> str:
+    head = [f"\\clef {piece.clef}", _key_text(piece.key)]
+    if print_time:
+        head.append(f"\\time {piece.time}")
     items: list[_Note | str] = []
     if pickup:
         length = _pickup_length(piece)
@@ -211,8 +228,9 @@ def _bar_changes(piece: _Piece) -> list[str]:
         piece.set_clef(rng.choice([c for c in CLEFS if c != piece.clef]))
         out.append(f"\\clef {piece.clef}")
     if rng.random() < 0.05:
-        piece.key = rng.choice([k for k in KEYS if k != piece.key])
-        out.append(f"\\key {piece.key[0]} \\{piece.key[1]}")
+        old = _key_text(piece.key)
+        piece.key = rng.choice([k for k in _MUSIC_KEYS if _key_text(k) != old])
+        out.append(_key_text(piece.key))
     if rng.random() < 0.05:
         piece.time = rng.choice([t for t in TIMES if t != piece.time])
         out.append(f"\\time {piece.time}")

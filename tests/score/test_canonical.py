@@ -13,24 +13,26 @@ from sonfolio.score.canonical import (
     KEYS,
     CanonicalError,
     duration_token,
+    header_time,
     is_canonical,
     partial_token,
     symbols,
+    time_after,
     validate,
 )
-from sonfolio.score.lilypond import compile_systems, find_lilypond
+from sonfolio.score.lilypond import Setting, compile_systems, find_lilypond
 
 H = r"\clef treble \key c \major \time 4/4"
 
 GOOD = [
     rf"{H} c'4 d'4 e'4 f'4 | g'1",
     rf"{H} \partial 4 g4 | c'4~ c'8 r8 <c' e' g'>2 | \tuplet 3/2 {{ c'8 d'8 e'8 }} r4 r2",
-    rf"{H} c'2 \clef bass c4 c4 | \key d \minor \time 3/4 a,2.",
+    rf"{H} c'2 \clef bass c4 c4 | \key f \major \time 3/4 a,2.",
     rf"{H} \partial 16*5 cis''16 bes'4 | cisis'1",
     rf"{H} <c' e' g'>4~ <c' g'>4 r2 | c'1",
     rf"{H} c'4 c'4 c'4",  # a short last bar: the end of a piece
     r'\clef "treble_8" \key ces \major \time 6/8 <c e>4.~ <c g>4. | c8',
-    r"\clef bass \key ais \minor \time 2/4 \partial 4*1/3 \tuplet 3/2 { c8 } | c4 c4",
+    r"\clef bass \key cis \major \time 2/4 \partial 4*1/3 \tuplet 3/2 { c8 } | c4 c4",
     r"\clef alto \key c \major \time 3/8 \tuplet 2/3 { c'8 d'8 } | c'8.. d'64 e'8",
     rf"{H} c'1 | \time 2/2 c'1",  # same length, a different signature
 ]
@@ -87,8 +89,9 @@ BAD = [
     (rf"{H} es'1", "es'1", 7, "not a note"),  # Dutch e-flat is written ees
     (rf"{H} c'3", "c'3", 7, "not a note"),
     (rf"{H} c'1 | \partial 4 c'4", r"\partial", 9, "not allowed here"),
-    (r"\clef treble \key des \minor \time 4/4 c'1", "des", 3, "no key signature"),
-    (r"\clef treble \key gis \major \time 4/4 c'1", "gis", 3, "7 accidentals at most"),
+    (r"\clef treble \key g \minor \time 4/4 c'1", r"\minor", 4, "G minor is \\key bes"),
+    (r"\clef treble \key gis \major \time 4/4 c'1", "gis", 3, "at most 7 sharps or flats"),
+    (r"\clef treble \key c \major \partial 4 c'4 | c'1", r"\partial", 5, "opens a piece"),
     (r"\clef violin \key c \major \time 4/4 c'1", "violin", 1, "unknown clef"),
     (r"\clef treble \key c \major \time 4/3 c'1", "4/3", 6, "time signature must be"),
     (r"\clef treble \time 4/4 c'1", r"\time", 2, r"expected '\\key'"),
@@ -160,8 +163,9 @@ def test_symbols_join_commands_and_split_chords() -> None:
 
 
 def test_constants_cover_the_grammar() -> None:
-    assert len(KEYS) == 30 and len(set(KEYS)) == 30
-    assert {m for _, m in KEYS} == {"major", "minor"}
+    # a key by its signature (format 2): the 15 signatures, each as its major key
+    assert len(KEYS) == 15 and len(set(KEYS)) == 15
+    assert {m for _, m in KEYS} == {"major"}
     assert "4." in DURATIONS and "64.." in DURATIONS and "128" not in DURATIONS
 
 
@@ -178,3 +182,45 @@ def test_constants_cover_the_grammar() -> None:
 def test_partial_token(length: Fraction, token: str) -> None:
     assert partial_token(length) == token
     assert duration_token(length) == (token if "*" not in token else None)
+
+
+# A continuation system prints no time signature: it is read in the time in force before it.
+CONTINUED = r"\clef treble \key g \major g'2. | a'4 b'4 c''4 | d''2"
+
+
+def test_a_continuation_system_is_checked_against_the_time_in_force() -> None:
+    validate(CONTINUED, "3/4")
+    assert header_time(CONTINUED) is None and time_after(CONTINUED, "3/4") == "3/4"
+    with pytest.raises(CanonicalError, match="bar 1 lasts 3/4, the measure is 1/2"):
+        validate(CONTINUED, "2/4")
+    # unknown time: the first full bar sets the measure, and every later full bar must match
+    validate(CONTINUED)
+    assert time_after(CONTINUED) is None
+    with pytest.raises(CanonicalError, match="bar 2 lasts 1/2, the measure is 3/4"):
+        validate(r"\clef treble \key g \major g'2. | a'4 b'4 | c''2")
+    # a printed time signature wins over the one in force, and is carried on
+    printed = r"\clef treble \key g \major \time 2/4 g'2 | a'4 b'4"
+    validate(printed, "3/4")
+    assert header_time(printed) == "2/4" and time_after(printed, "3/4") == "2/4"
+    with pytest.raises(ValueError, match="not a time signature"):
+        validate(CONTINUED, "3/5")
+
+
+def test_a_continuation_system_compiles_cleanly_with_its_setting(tmp_path: Path) -> None:
+    """What the render draws for a continuation system: no time signature, its bar number, and
+    no bar-check warning because LilyPond is told the time in force."""
+    texts = [CONTINUED, CONTINUED]
+    settings = [Setting("3/4", 9), Setting("2/4", 9)]
+    result = compile_systems(texts, tmp_path, find_lilypond(), render=False, settings=settings)
+    assert result.returncode == 0, result.log[-2000:]
+    assert result.warnings[0] == []
+    assert any("bar check failed" in w for w in result.warnings[1])
+
+
+def test_a_setting_never_carries_text_to_lilypond() -> None:
+    assert Setting("3/4", 5).prefix() == (
+        r"\set Score.currentBarNumber = #5 \once \omit Staff.TimeSignature \time 3/4 "
+    )
+    assert Setting().prefix() == Setting(None, 1).prefix() == ""
+    with pytest.raises(ValueError, match="not a time signature"):
+        Setting('3/4 #(system "x")').prefix()

@@ -12,19 +12,22 @@ from music21 import chord, clef, corpus, instrument, key, meter, note, stream, t
 
 from sonfolio.score.canonical import System, validate
 from sonfolio.score.convert import systems_from_score
-from sonfolio.score.lilypond import compile_systems, find_lilypond
+from sonfolio.score.lilypond import Setting, compile_systems, find_lilypond
 from sonfolio.score.parse import SourceError, pieces_from_file
 
 HEAD = r"\clef treble \key c \major \time 4/4"
+# a continuation system: the clef and key are printed on every line, the time only on the first
+CONT = r"\clef treble \key c \major"
 
 
 def assert_clean(systems: list[System], workdir: Path) -> None:
     """Every text is canonical and LilyPond compiles it with no warning at all."""
     assert systems
     texts = [s.text for s in systems]
-    for text in texts:
-        validate(text)
-    result = compile_systems(texts, workdir, find_lilypond(), render=False)
+    for s in systems:
+        validate(s.text, s.time)
+    settings = [Setting(s.time, s.bar) for s in systems]
+    result = compile_systems(texts, workdir, find_lilypond(), render=False, settings=settings)
     assert result.returncode == 0, result.log[-2000:]
     assert {t: w for t, w in zip(texts, result.warnings, strict=True) if w} == {}
 
@@ -209,9 +212,10 @@ def test_bach_chorale_parts(tmp_path: Path) -> None:
     assert {s.piece for s in systems} == {"bach/bwv66.6"}
     # Each of the 4 parts opens on a pickup and ends on its complement (3 beats).
     firsts = [s.text for s in systems if r"\partial" in s.text]
-    assert len(firsts) == 4 and all(r"\key fis \minor \time 4/4 \partial 4" in t for t in firsts)
+    # F-sharp minor is written by its signature (canonical format 2)
+    assert len(firsts) == 4 and all(r"\key a \major \time 4/4 \partial 4" in t for t in firsts)
     assert systems[0].text == (
-        r"\clef treble \key fis \minor \time 4/4 \partial 4 cis''8 b'8 | a'4 b'4 cis''4 e''4 | "
+        r"\clef treble \key a \major \time 4/4 \partial 4 cis''8 b'8 | a'4 b'4 cis''4 e''4 | "
         r"cis''4 b'4 a'4 cis''4 | a'8 b'8 gis'4 fis'4 a'4 | b'4 b'4 fis'4 e'4"
     )
     assert any("~" in s.text for s in systems)
@@ -241,8 +245,10 @@ def test_mid_piece_short_measure_drops_its_system() -> None:
     bars = [measure(n("C4", 4)) for _ in range(6)]
     bars[2] = measure(n("E4", 3))  # three beats in 4/4, mid-piece
     systems, dropped = systems_from_score(score_of(part_of(bars)), "x", bars_per_system=2)
-    assert [s.text for s in systems] == [rf"{HEAD} c'1 | c'1", rf"{HEAD} c'1 | c'1"]
+    assert [s.text for s in systems] == [rf"{HEAD} c'1 | c'1", rf"{CONT} c'1 | c'1"]
     assert [s.index for s in systems] == [0, 1]
+    # the second is the piece's third line: it prints bar number 5 and no time signature
+    assert [(s.time, s.bar) for s in systems] == [(None, 1), ("4/4", 5)]
     assert dropped == Counter({"incomplete_measure": 1})
 
 
@@ -263,7 +269,7 @@ def test_overfull_measure_and_multi_voice_are_dropped() -> None:
     two_voices = measure(stream.Voice([n("C5", 4)]), stream.Voice([n("C4", 4)]))
     bars = [measure(n("C4", 4)), measure(n("C4", 4), n("D4")), two_voices, measure(n("C4", 4))]
     systems, dropped = systems_from_score(score_of(part_of(bars)), "x", bars_per_system=1)
-    assert [s.text for s in systems] == [rf"{HEAD} c'1", rf"{HEAD} c'1"]
+    assert [s.text for s in systems] == [rf"{HEAD} c'1", rf"{CONT} c'1"]
     assert dropped == Counter({"overfull_measure": 1, "multi_voice": 1})
 
 
@@ -275,7 +281,7 @@ def test_grace_notes_and_broken_ties_are_removed_and_counted() -> None:
         measure(n("E5", 4, "stop")),
     ]
     systems, dropped = systems_from_score(score_of(part_of(bars)), "x", bars_per_system=2)
-    assert [s.text for s in systems] == [rf"{HEAD} c''2 d''2 | e''1", rf"{HEAD} e''1"]
+    assert [s.text for s in systems] == [rf"{HEAD} c''2 d''2 | e''1", rf"{CONT} e''1"]
     assert dropped == Counter({"grace_note_removed": 1, "broken_tie_removed": 1})
 
 
@@ -298,8 +304,27 @@ def test_key_and_time_changes_are_carried_into_later_systems() -> None:
     systems, _ = systems_from_score(score_of(part_of(bars)), "x", bars_per_system=3)
     assert [s.text for s in systems] == [
         rf"{HEAD} c'1 | c'1 | \key ees \major \time 3/4 d'2.",
-        r"\clef treble \key ees \major \time 3/4 d'2.",
+        r"\clef treble \key ees \major d'2.",
     ]
+    assert [(s.time, s.bar) for s in systems] == [(None, 1), ("3/4", 4)]
+
+
+def test_a_time_change_at_a_line_start_is_printed_there() -> None:
+    m3 = measure(n("D4", 3))
+    m3.insert(0, meter.TimeSignature("3/4"))
+    bars = [measure(n("C4", 4)), measure(n("C4", 4)), m3, measure(n("D4", 3))]
+    systems, _ = systems_from_score(score_of(part_of(bars)), "x", bars_per_system=2)
+    assert [s.text for s in systems] == [rf"{HEAD} c'1 | c'1", rf"{CONT} \time 3/4 d'2. | d'2."]
+    assert [(s.time, s.bar) for s in systems] == [(None, 1), (None, 3)]
+
+
+def test_a_minor_key_is_written_by_its_signature() -> None:
+    part = part_of(
+        [measure(n("A4", 4))],
+        [clef.TrebleClef(), key.Key("g", "minor"), meter.TimeSignature("4/4")],
+    )
+    systems, _ = systems_from_score(score_of(part), "x", bars_per_system=1)
+    assert [s.text for s in systems] == [r"\clef treble \key bes \major \time 4/4 a'1"]
 
 
 def test_bars_per_system_must_be_positive() -> None:
@@ -312,5 +337,5 @@ def test_bars_in_an_unsupported_clef_are_dropped_until_a_supported_one() -> None
     bars[2].insert(0, clef.TrebleClef())
     part = part_of(bars, [clef.PercussionClef(), key.KeySignature(0), meter.TimeSignature("4/4")])
     systems, dropped = systems_from_score(score_of(part), "x", bars_per_system=2)
-    assert [s.text for s in systems] == [rf"{HEAD} c'1 | c'1"]
+    assert [s.text for s in systems] == [rf"{CONT} c'1 | c'1"]
     assert dropped == Counter({"unsupported_clef": 1})

@@ -16,7 +16,7 @@ from sonfolio import tracks
 from sonfolio.config.data import ScoreData, ScoreSource
 from sonfolio.io import read_jsonl
 from sonfolio.score.dataset import TooManySkipped, augment_seed, render_settings
-from sonfolio.score.lilypond import LilyPondNotFound, compile_systems
+from sonfolio.score.lilypond import LilyPondNotFound, Setting, compile_systems
 from sonfolio.score.render import RenderJob, render_batch
 from sonfolio.score.sources import SourceConfigError, music21_corpus_root
 from tasks.data import run
@@ -88,8 +88,14 @@ def test_splits_are_by_piece_and_heldout_is_whole_collections(built):
 
 def test_every_stored_text_passes_lilypond_bar_checks(built, lilypond, tmp_path):
     _, _, rows, _ = built
-    result = compile_systems([r["text"] for r in rows], tmp_path, lilypond, render=False)
+    settings = [Setting(r["time"], r["bar"]) for r in rows]
+    texts = [r["text"] for r in rows]
+    result = compile_systems(texts, tmp_path, lilypond, render=False, settings=settings)
     assert result.returncode == 0, result.log[-2000:]
+    # as on a page, most systems continue a piece: no time signature printed, a bar number
+    continued = [r for r in rows if r["time"] is not None]
+    assert continued and all(r"\time" not in r["text"].split(" | ")[0] for r in continued)
+    assert all(r["bar"] > 1 for r in continued)
     bad = [(r["text"], w) for r, w in zip(rows, result.warnings, strict=True) if w]
     assert bad == []
 
@@ -103,6 +109,7 @@ def test_every_image_agrees_with_its_text(built, lilypond, tmp_path):
             r["text"],
             tmp_path / r["image"],
             augment_seed(cfg.seed, r["image"]) if r["split"] == "train" else None,
+            Setting(r["time"], r["bar"]),
         )
         for r in sample
     ]
@@ -117,7 +124,10 @@ def test_only_the_train_split_is_augmented(built, lilypond, tmp_path):
     cfg, out, rows, _ = built
     train = next(r for r in rows if r["split"] == "train")
     other = next(r for r in rows if r["split"] != "train")
-    jobs = [RenderJob(r["text"], tmp_path / r["image"], None) for r in (train, other)]
+    jobs = [
+        RenderJob(r["text"], tmp_path / r["image"], None, Setting(r["time"], r["bar"]))
+        for r in (train, other)
+    ]
     render_batch(jobs, render_settings(cfg, lilypond))
     clean = [np.asarray(Image.open(j.dest)) for j in jobs]
     stored = [np.asarray(Image.open(out / r["image"])) for r in (train, other)]

@@ -8,8 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from sonfolio.score.canonical import CLEFS, KEYS, TIMES, is_canonical, symbols
-from sonfolio.score.lilypond import compile_systems, find_lilypond
+from sonfolio.score.canonical import (
+    CLEFS,
+    KEYS,
+    TIMES,
+    header_time,
+    is_canonical,
+    symbols,
+    time_after,
+)
+from sonfolio.score.lilypond import Setting, compile_systems, find_lilypond
 from sonfolio.score.synth import SYSTEMS_PER_PIECE, synth_systems
 
 N = 300
@@ -40,7 +48,8 @@ def test_covers_clefs_keys_and_rhythms(systems) -> None:
     text = " ".join(s.text for s in systems)
     assert set(re.findall(r"\\clef (\S+)", text)) == set(CLEFS)
     assert set(re.findall(r"\\key (\w+) \\(major|minor)", text)) == set(KEYS)
-    assert len(set(re.findall(r"\\time (\S+)", text))) >= len(TIMES) - 2
+    times = set(re.findall(r"\\time (\S+)", text)) | {s.time for s in systems if s.time}
+    assert len(times) >= len(TIMES) - 2
     found = Counter(sym for s in systems for sym in symbols(s.text))
     features = {
         "32nd": r"^[a-g<].*32\.*~?$",
@@ -66,14 +75,30 @@ def test_covers_clefs_keys_and_rhythms(systems) -> None:
 
 
 def test_every_system_is_canonical(systems) -> None:
-    assert all(is_canonical(s.text) for s in systems)
+    assert all(is_canonical(s.text, s.time) for s in systems)
     assert len({s.text for s in systems}) == N
+
+
+def test_only_a_piece_first_system_prints_its_time_as_on_a_page(systems) -> None:
+    firsts = [s for s in systems if s.index == 0]
+    assert all(s.time is None and header_time(s.text) for s in firsts)
+    later = [s for s in systems if s.index > 0]
+    assert all(s.time and header_time(s.text) is None for s in later)
+    # each continues the one before: the time in force and the bar numbers carry on
+    for before, after in zip(systems, systems[1:], strict=False):
+        if after.index > 0:
+            assert after.time == time_after(before.text, before.time)
+            assert after.bar == before.bar + len(re.findall(r" \| ", before.text)) + 1 - (
+                r"\partial" in before.text
+            )
 
 
 @pytest.mark.slow
 def test_lilypond_compiles_them_without_warnings(systems, tmp_path: Path) -> None:
     sample = systems[:: max(1, N // 120)]  # ~120 systems: every clef, key and time among them
-    result = compile_systems([s.text for s in sample], tmp_path, find_lilypond(), render=False)
+    settings = [Setting(s.time, s.bar) for s in sample]
+    texts = [s.text for s in sample]
+    result = compile_systems(texts, tmp_path, find_lilypond(), render=False, settings=settings)
     assert result.returncode == 0, result.log[-2000:]
     assert {s.text: w for s, w in zip(sample, result.warnings, strict=True) if w} == {}
 
