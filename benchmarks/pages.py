@@ -13,12 +13,12 @@ Engraving: the piece's canonical text in a plain `\\score` with a `\\header` tit
 default layout otherwise (its own line and page breaking, bar numbers, no time signature on
 continuation systems, the tagline), PNG pages at --dpi.
 
-Truth, per page and proven: a `page-post-process` hook written into the benchmark's .ly prints,
-for each page, each system's first and last moment (its left and right paper columns' `when`,
-in whole notes from the start). The systems must tile the piece exactly (first at 0, each
-starting where the previous ends, the last ending at the text's length) and the pages must
-match the PNGs written, or the piece is skipped (`layout_unproven`). A page's true notes are
-the notes whose onset lies within its systems.
+Truth, per page and proven: sonfolio.score.pages engraves with a `page-post-process` hook
+that prints, for each page, each system's first and last moment (its left and right paper
+columns' `when`, in whole notes from the start). The systems must tile the piece exactly
+(first at 0, each starting where the previous ends, the last ending at the text's length) and
+the pages must match the PNGs written, or the piece is skipped (`layout_unproven`). A page's
+true notes are the notes whose onset lies within its systems.
 
 Notes: (pitch, duration) pairs in order, music21 pitches (`F#4`) and quarter lengths, a
 chord's pitches from low to high. The truth's come from the engraved canonical text (and are
@@ -41,7 +41,6 @@ import logging
 import os
 import random
 import re
-import subprocess
 import tempfile
 import time
 from collections import Counter
@@ -60,33 +59,15 @@ from sonfolio import cpu
 from sonfolio.config.data import ScoreSource
 from sonfolio.config.params import Params, load_params
 from sonfolio.io import read_jsonl, write_json
+from sonfolio.score import pages
 from sonfolio.score.convert import systems_from_score
-from sonfolio.score.lilypond import LILYPOND_VERSION, find_lilypond
+from sonfolio.score.lilypond import find_lilypond
+from sonfolio.score.pages import Layout, LayoutUnproven, Page
 from sonfolio.score.parse import SourceError, abc_tune_score, abc_tunes, pieces_from_file
 from sonfolio.score.sources import Unit, list_units
 
 RESULTS = Path("benchmarks/results/pages.json")
 WHOLE_PIECE = 100_000  # bars per system: the converter gives the whole part as one text
-
-# Printed by LilyPond once page breaking is done: a line per page, then one per system on it,
-# with its left and right columns' moments (whole notes from the start of the music).
-LAYOUT_HOOK = r"""#(define (sonfolio-layout layout pages)
-  (let loop ((ps pages) (k 1))
-    (if (pair? ps)
-      (begin
-        (ly:message "SONFOLIO-PAGE ~a" k)
-        (for-each
-          (lambda (line)
-            (let ((sys (ly:prob-property line 'system-grob #f)))
-              (if (ly:grob? sys)
-                (ly:message "SONFOLIO-SYSTEM ~a ~a ~a" k
-                  (ly:moment-main (ly:grob-property (ly:spanner-bound sys LEFT) 'when))
-                  (ly:moment-main (ly:grob-property (ly:spanner-bound sys RIGHT) 'when))))))
-          (ly:prob-property (car ps) 'lines '()))
-        (loop (cdr ps) (+ k 1))))))
-"""
-_PAGE = re.compile(r"^SONFOLIO-PAGE (\d+)$", re.MULTILINE)
-_SYSTEM = re.compile(r"^SONFOLIO-SYSTEM (\d+) (-?\d+(?:/\d+)?) (-?\d+(?:/\d+)?)$", re.MULTILINE)
 
 # Lenient note shapes of the canonical grammar (a prediction may break the grammar anywhere).
 _PITCH = r"([a-g])(isis|eses|is|es)?('{1,5}|,{1,4})?"
@@ -100,21 +81,11 @@ _RATIO = re.compile(r"([1-9][0-9]?)/([1-9][0-9]?)")
 _ALTER = {None: 0, "is": 1, "isis": 2, "es": -1, "eses": -2}
 
 
-class LayoutUnproven(RuntimeError):
-    """LilyPond's layout report does not account for the whole piece, page by page."""
-
-
 @dataclass(frozen=True)
 class Note:
     pitch: str  # music21 nameWithOctave: "F#4"
     length: Fraction  # quarter notes (a tuplet's members scaled)
     onset: Fraction  # whole notes from the start, as LilyPond's moments
-
-
-@dataclass(frozen=True)
-class Page:
-    png: Path
-    systems: list[tuple[Fraction, Fraction]]  # (start, end) moments of each system
 
 
 def _m21_pitch(step: str, alter: str | None, marks: str | None) -> str:
@@ -230,50 +201,11 @@ def load_piece(unit: Unit, counts: Counter[str]) -> Piece | None:
     return Piece(unit, title, systems[0].text, music21_notes(score.parts[0]))
 
 
-def document(text: str, title: str, paper: str) -> str:
-    """A .ly of one piece in LilyPond's default layout, with the layout hook."""
-    safe = re.sub(r"[^A-Za-z0-9 .,;:'()&!?-]", "", title).strip() or "Untitled"
-    return (
-        f'\\version "{LILYPOND_VERSION}"\n#(set-default-paper-size "{paper}")\n'
-        f"{LAYOUT_HOOK}\\paper {{ page-post-process = #sonfolio-layout }}\n"
-        f'\\header {{ title = "{safe}" }}\n'
-        f"\\score {{ \\new Staff {{ {text} }} \\layout {{ }} }}\n"
-    )
-
-
 def engrave(text: str, title: str, workdir: Path, exe: Path, dpi: int, paper: str) -> list[Page]:
-    """PNG pages of the piece, each with its systems' moments.
-
-    Raises:
-        LayoutUnproven: LilyPond failed, or its report does not tile the piece exactly or
-            disagrees with the pages it wrote.
-    """
-    workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "piece.ly").write_text(document(text, title, paper), encoding="utf-8")
-    proc = subprocess.run(
-        [str(exe), "-dbackend=cairo", "--png", f"-dresolution={dpi}", "-o", "piece", "piece.ly"],
-        capture_output=True, text=True, timeout=300, cwd=workdir,
-    )  # fmt: skip
-    if proc.returncode != 0:
-        raise LayoutUnproven(f"lilypond failed: {proc.stderr[-500:]}")
-    pages = [int(k) for k in _PAGE.findall(proc.stderr)]
-    systems: dict[int, list[tuple[Fraction, Fraction]]] = {k: [] for k in pages}
-    for k, start, end in _SYSTEM.findall(proc.stderr):
-        systems[int(k)].append((Fraction(start), Fraction(end)))
-    pngs = sorted(workdir.glob("piece*.png"), key=_page_number)
-    if pages != list(range(1, len(pages) + 1)) or len(pngs) != len(pages):
-        raise LayoutUnproven(f"{len(pngs)} PNGs for pages {pages}")
-    spans = [s for k in pages for s in systems[k]]
+    """PNG pages of the piece in LilyPond's default layout, each with its systems' moments
+    (sonfolio.score.pages.engrave; raises its LayoutUnproven)."""
     _, length = notes_of(text)
-    starts_ok = all(a[1] == b[0] for a, b in zip(spans, spans[1:], strict=False))
-    if not spans or spans[0][0] != 0 or spans[-1][1] != length or not starts_ok:
-        raise LayoutUnproven(f"systems {spans} do not tile 0..{length}")
-    return [Page(png, systems[k]) for png, k in zip(pngs, pages, strict=True)]
-
-
-def _page_number(png: Path) -> int:
-    m = re.search(r"-(?:page)?(\d+)\.png$", png.name)
-    return int(m[1]) if m else 0
+    return pages.engrave(text, length, Layout(paper, title=title), workdir, exe, dpi, 300)
 
 
 def page_truth(notes: list[Note], page: Page) -> list[Note]:

@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from sonfolio.config.base import Fraction01, Positive, Strict
+from sonfolio.config.infer import PageSplit
 from sonfolio.config.sections import Sections
 from sonfolio.config.tokenizer import SpeechTokenizer
 
@@ -74,12 +75,28 @@ class ScoreLimits(Strict):
     archive_max_ratio: Annotated[float, Field(ge=1.0)]  # unpacked bytes / archive bytes
 
 
+class ScorePages(Strict):
+    """score_data.pages: pieces also engraved as whole pages in LilyPond's default layout,
+    cut by the page cutter `read --page` uses, each line stored with its text
+    (sonfolio/score/page_data.py)."""
+
+    fraction: Fraction01  # share of the pieces (seeded by piece) engraved as pages too
+    dpi: Annotated[int, Field(ge=50, le=600)]  # the pages' resolution before cutting
+    staff_sizes: Annotated[list[Annotated[float, Field(ge=11.0, le=26.0)]], Field(min_length=1)]
+    papers: Annotated[list[Literal["a4", "letter"]], Field(min_length=1)]
+    credits_fraction: Fraction01  # share of pieces with a title and composer above them
+    timeout_s: Annotated[float, Field(gt=0.0)]  # one piece's engraving (both passes)
+    max_bars: Annotated[int, Field(ge=1)]  # a longer part is not engraved (counted)
+    cut: PageSplit  # keep equal to infer.page: train on the crops `read --page` makes
+
+
 class ScoreData(Strict):
     """score_data: where the music comes from and how each staff system is rendered."""
 
     sources: Annotated[list[ScoreSource], Field(min_length=1)]
     synthetic_fraction: Annotated[float, Field(ge=0.0, lt=1.0)]
     bars_per_system: Annotated[int, Field(ge=1, le=16)]
+    pages: ScorePages
     image_long_side: Annotated[int, Field(ge=64, le=4096)]
     resolution_dpi: Annotated[int, Field(ge=50, le=1200)]
     augment: Augment

@@ -246,6 +246,13 @@ def time_after(text: str, time: str | None = None) -> str | None:
     return parser.time or None
 
 
+def bar_lengths(text: str, time: str | None = None) -> list[Fraction]:
+    """The length of each bar of a valid system, in whole notes (a pickup bar's included)."""
+    parser = _Parser(text, time)
+    parser.run()
+    return parser.lengths
+
+
 def time_measure(time: str) -> Fraction:
     """The length of a measure of time signature `time` ("6/8" -> 3/4)."""
     m = _FRACTION.fullmatch(time)
@@ -284,6 +291,7 @@ class _Parser:
         self.bar = Fraction(0)  # length of the current bar so far
         self.bar_events = 0
         self.bars = 0  # completed bars
+        self.lengths: list[Fraction] = []  # each bar's length, filled as the bars end
         self.tie_from: set[tuple[int, int]] | None = None  # pitches of a pending tie
         self.changes: list[str] = []  # change commands seen at the start of the current bar
         self.clef_pending = False  # a mid-bar clef change still waits for its music
@@ -414,6 +422,7 @@ class _Parser:
         self.take()
         if self.i >= len(self.toks):
             raise self.fail("no music after the last bar check (no trailing '|')", self.i - 1)
+        self.lengths.append(self.bar)
         self.bars += 1
         self.bar = Fraction(0)
         self.bar_events = 0
@@ -548,3 +557,4 @@ class _Parser:
                 raise self.fail(f"pickup bar lasts {self.bar}, \\partial says {self.partial}")
         elif self.measure is not None and self.bar > self.measure:
             raise self.fail(f"last bar lasts {self.bar}, longer than the measure {self.measure}")
+        self.lengths.append(self.bar)

@@ -2,7 +2,9 @@
 
 Parsing and rendering run in a pool of processes (music21 and LilyPond are single-threaded).
 Splits are by piece, so no piece has systems in two splits, plus a held-out split made of whole
-collections to measure generalisation to music the model never saw the like of.
+collections to measure generalisation to music the model never saw the like of. A share of
+the pieces (score_data.pages) is also engraved whole as pages and cut into lines as `read
+--page` cuts (sonfolio.score.page_data): real line breaking, bar numbers, titles.
 
 A source file that cannot be parsed is skipped and counted by reason; past
 `score_data.max_skip_fraction` of all pieces the build fails and lists them. A system whose
@@ -29,6 +31,7 @@ from sonfolio.parallel import pool_map, worker_count
 from sonfolio.score.canonical import System, symbols
 from sonfolio.score.convert import systems_from_score
 from sonfolio.score.lilypond import Setting, find_lilypond
+from sonfolio.score.page_data import PageJob, PageResult, chosen, layout_for, page_systems
 from sonfolio.score.parse import SourceError, abc_tune_score, abc_tunes, pieces_from_file
 from sonfolio.score.render import RenderJob, RenderSettings, render_batch
 from sonfolio.score.sources import Unit, display_name, list_units
@@ -40,6 +43,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SPLITS = ("train", "val", "test", "heldout")
+WHOLE_PART = 100_000  # bars per system: the converter gives each part as one text
 
 
 class TooManySkipped(RuntimeError):
@@ -58,6 +62,8 @@ class Parsed:
     systems: list[System] = field(default_factory=list)
     dropped: Counter[str] = field(default_factory=Counter)
     skip_reason: str | None = None
+    # whole parts to engrave as pages too (score_data.pages): (part's system, the piece's title)
+    wholes: list[tuple[System, str]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -71,10 +77,18 @@ class Entry:
     split: str
     time: str | None = None  # the time in force when the header prints none (System.time)
     bar: int = 1  # the number of the system's first bar, printed above it unless it is 1
+    layout: str = "system"  # "system": engraved alone; "page": a line cut from a page
 
 
-def parse_unit(unit: Unit, bars_per_system: int, limits: ScoreLimits | None = None) -> Parsed:
-    """Parse one piece and cut it into canonical systems; never raises for a bad file."""
+def parse_unit(
+    unit: Unit,
+    bars_per_system: int,
+    limits: ScoreLimits | None = None,
+    pages_fraction: float = 0.0,
+    seed: int = 0,
+) -> Parsed:
+    """Parse one piece and cut it into canonical systems; never raises for a bad file. A piece
+    drawn for pages (`pages_fraction`) also gives each part as one text (`Parsed.wholes`)."""
     try:
         if unit.tune is None:
             scores = pieces_from_file(unit.path, limits=limits)
@@ -90,6 +104,11 @@ def parse_unit(unit: Unit, bars_per_system: int, limits: ScoreLimits | None = No
         systems, dropped = systems_from_score(score, piece, bars_per_system)
         parsed.systems.extend(systems)
         parsed.dropped.update(dropped)
+        if pages_fraction and chosen(piece, pages_fraction, seed):
+            # a part converts whole or not at all (one bad measure drops the whole system)
+            wholes, _ = systems_from_score(score, piece, WHOLE_PART)
+            title = (score.metadata.title if score.metadata else None) or ""
+            parsed.wholes += [(w, title) for w in wholes]
     if not parsed.systems and not parsed.dropped:
         parsed.skip_reason = "empty"
     return parsed
@@ -112,7 +131,13 @@ def lost_unit(unit: Unit, reason: str, limits: ScoreLimits) -> Parsed:
 def parse_units(units: Sequence[Unit], cfg: ScoreData) -> list[Parsed]:
     """Parse every unit in a pool, each within score_data.limits.parse_timeout_s; a unit whose
     worker was killed (or died) comes back skipped with the reason."""
-    parse = partial(parse_unit, bars_per_system=cfg.bars_per_system, limits=cfg.limits)
+    parse = partial(
+        parse_unit,
+        bars_per_system=cfg.bars_per_system,
+        limits=cfg.limits,
+        pages_fraction=cfg.pages.fraction,
+        seed=cfg.seed,
+    )
     lost = partial(lost_unit, limits=cfg.limits)
     workers = worker_count(cfg.workers)
     limit = cfg.limits.parse_timeout_s
@@ -240,12 +265,69 @@ def render_all(entries: list[Entry], cfg: ScoreData, lilypond: Path, out: Path) 
     return flat
 
 
+def page_jobs(parsed: list[Parsed], cfg: ScoreData, out: Path) -> list[tuple[PageJob, str, str]]:
+    """(job, collection, split) for every whole part drawn for pages, in a stable order."""
+    jobs = []
+    for p in parsed:
+        for whole, title in p.wholes:
+            split = split_of(whole.piece, p.unit.collection, cfg.split)
+            # names from a hash: piece ids hold any character a user's file name holds
+            stem = hashlib.sha256(f"{whole.piece}/{whole.index}".encode()).hexdigest()[:16]
+            layout = layout_for(whole.piece, cfg.pages, cfg.seed, title)
+            job = PageJob(whole.piece, whole.text, layout, out / "images" / split / "pages", stem,
+                          augment=split == "train")  # fmt: skip
+            jobs.append((job, p.unit.collection, split))
+    return sorted(jobs, key=lambda j: (j[0].piece, j[0].stem))
+
+
+def lost_page(job: PageJob, reason: str) -> PageResult:
+    log.warning(
+        "%s: engraving its pages ran out of time or its worker died (%s)", job.piece, reason
+    )
+    return PageResult(dropped=Counter({f"page_{reason}": 1}))
+
+
+def page_entries(
+    parsed: list[Parsed], cfg: ScoreData, lilypond: Path, out: Path
+) -> tuple[list[Entry], Counter[str]]:
+    """Engrave the drawn parts as pages and cut them: one entry per proven line."""
+    jobs = page_jobs(parsed, cfg, out)
+    if not jobs:
+        return [], Counter()
+    engrave = partial(
+        page_systems,
+        cfg=cfg.pages,
+        exe=lilypond,
+        render=render_settings(cfg, lilypond),
+        seed=cfg.seed,
+    )
+    limit = 2 * cfg.pages.timeout_s + 60  # two engravings, then the cut
+    results = pool_map(
+        engrave, [j for j, _, _ in jobs], worker_count(cfg.workers), "engraving pages",
+        time_limit_s=limit, lost=lost_page,
+    )  # fmt: skip
+    entries: list[Entry] = []
+    dropped: Counter[str] = Counter()
+    for (job, collection, split), result in zip(jobs, results, strict=True):
+        dropped.update(result.dropped)
+        for image, line in zip(result.images, result.lines, strict=True):
+            rel = image.relative_to(out).as_posix()
+            entries.append(
+                Entry(rel, line.text, job.piece, collection, split, line.time, line.bar, "page")
+            )
+    log.info("%d page lines from %d parts; dropped %s", len(entries), len(jobs), dict(dropped))
+    return entries, dropped
+
+
 def summarize(entries: list[Entry], skipped: Counter[str], dropped: Counter[str]) -> dict[str, Any]:
     lengths = sorted(len(symbols(e.text)) for e in entries) or [0]
     return {
         "systems": {s: sum(e.split == s for e in entries) for s in SPLITS},
         "pieces": {s: len({e.piece for e in entries if e.split == s}) for s in SPLITS},
         "synthetic_systems": sum(e.collection == "synthetic" for e in entries),
+        "page_lines": {
+            s: sum(e.split == s and e.layout == "page" for e in entries) for s in SPLITS
+        },
         "symbols_per_system": {
             "min": lengths[0],
             "median": statistics.median(lengths),
@@ -261,7 +343,8 @@ def build(
     cfg: ScoreData, download_cache: Path, out: Path
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Render the dataset's images into `out`; its manifest rows (image, text, piece,
-    collection, split, time, bar) and its stats.
+    collection, split, time, bar, layout) and its stats. Systems engraved alone come first,
+    then the lines cut from pages (score_data.pages).
 
     Raises:
         LilyPondNotFound: before any parsing. SourceConfigError: a source cannot be read.
@@ -282,6 +365,9 @@ def build(
     outcomes = render_all(entries, cfg, lilypond, out)
     dropped.update(r for r in outcomes if r is not None)
     kept = [e for e, r in zip(entries, outcomes, strict=True) if r is None]
+    lines, page_dropped = page_entries(parsed, cfg, lilypond, out)
+    kept += lines
+    dropped.update(page_dropped)
     check_splits(kept, cfg, "after rendering")
     stats = summarize(kept, skipped, dropped)
     log.info("kept %d systems %s; dropped %s", len(kept), stats["systems"], dict(dropped))

@@ -49,7 +49,12 @@ def finish_image(png: Path, settings: RenderSettings, augment_seed: int | None) 
     the small image costs a fraction of doing it at render size.
     """
     with Image.open(png) as raw:
-        img = _fit(raw.convert("L"), settings.long_side)
+        return finish(raw.convert("L"), settings, augment_seed)
+
+
+def finish(gray: Image.Image, settings: RenderSettings, augment_seed: int | None) -> Image.Image:
+    """A grey system image -> long side resized to `settings.long_side`, maybe degraded."""
+    img = _fit(gray, settings.long_side)
     if augment_seed is None or not settings.augment.enabled:
         return img
     rng = np.random.default_rng(augment_seed)

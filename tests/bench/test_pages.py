@@ -13,7 +13,6 @@ from PIL import Image
 from benchmarks.pages import (
     Note,
     baseline_distance,
-    document,
     edit_rate,
     engrave,
     music21_notes,
@@ -26,6 +25,7 @@ from sonfolio.infer.page import find_staves
 from sonfolio.score.canonical import validate
 from sonfolio.score.convert import systems_from_score
 from sonfolio.score.lilypond import find_lilypond
+from sonfolio.score.pages import Layout, document
 from sonfolio.score.parse import abc_tune_score
 
 RUN = "c''16 b'16 a'16 g'16 f'16 e'16 d'16 c'16 d'16 e'16 f'16 g'16 a'16 b'16 c''16 d''16"
@@ -54,9 +54,10 @@ def test_each_pages_systems_come_from_lilypond_and_match_the_staves_printed(tmp_
 
 
 def test_title_cannot_reach_lilypond_as_code():
-    ly = document("\\clef treble \\key c \\major \\time 4/4 c'1", 'A "b" \\c #(d) $e', "a4")
+    layout = Layout("a4", 20, 'A "b" \\c #(d) $e', "J.S. #(system)")
+    ly = document("\\clef treble \\key c \\major \\time 4/4 c'1", layout)
     header = next(line for line in ly.splitlines() if line.startswith("\\header"))
-    assert header == '\\header { title = "A b c (d) e" }'
+    assert header == '\\header { title = "A b c (d) e" composer = "J.S. (system)" }'
 
 
 def test_notes_of_reads_chords_tuplets_rests_and_pickups():

@@ -100,10 +100,22 @@ def test_every_stored_text_passes_lilypond_bar_checks(built, lilypond, tmp_path)
     assert bad == []
 
 
+def test_a_share_of_the_pieces_is_also_cut_from_pages(built):
+    _, out, rows, stats = built
+    lines = [r for r in rows if r["layout"] == "page"]
+    assert lines and sum(stats["page_lines"].values()) == len(lines)
+    # a page line keeps its piece's split, and continuation lines carry the time in force
+    split_of = {r["piece"]: r["split"] for r in rows if r["layout"] == "system"}
+    assert all(split_of.get(r["piece"], r["split"]) == r["split"] for r in lines)
+    assert any(r["time"] for r in lines) and any(r["bar"] > 1 for r in lines)
+    assert all(r["image"].startswith(f"images/{r['split']}/pages/") for r in lines)
+
+
 def test_every_image_agrees_with_its_text(built, lilypond, tmp_path):
     """Re-render a sample of texts (train ones re-augmented with their seed): same pixels."""
     cfg, out, rows, _ = built
-    sample = random.Random(0).sample(rows, min(16, len(rows)))
+    alone = [r for r in rows if r["layout"] == "system"]  # page lines: tests/score/test_page_data.py
+    sample = random.Random(0).sample(alone, min(16, len(alone)))
     jobs = [
         RenderJob(
             r["text"],
@@ -122,8 +134,8 @@ def test_every_image_agrees_with_its_text(built, lilypond, tmp_path):
 
 def test_only_the_train_split_is_augmented(built, lilypond, tmp_path):
     cfg, out, rows, _ = built
-    train = next(r for r in rows if r["split"] == "train")
-    other = next(r for r in rows if r["split"] != "train")
+    train = next(r for r in rows if r["split"] == "train" and r["layout"] == "system")
+    other = next(r for r in rows if r["split"] != "train" and r["layout"] == "system")
     jobs = [
         RenderJob(r["text"], tmp_path / r["image"], None, Setting(r["time"], r["bar"]))
         for r in (train, other)
