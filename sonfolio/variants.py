@@ -1,4 +1,5 @@
-"""Model variants: one trained model in any of its saved forms, ready to decode greedily.
+"""Model variants: one trained model in any of its saved forms, ready to decode greedily (or,
+for the score track, constrained by the canonical grammar: sonfolio.score.constrained).
 
 A variant is a folder. Either a PyTorch folder (`save_pretrained`: config.json,
 model.safetensors, tokenizer, processor) or an ONNX folder in optimum's layout
@@ -22,11 +23,12 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerBase
@@ -35,6 +37,9 @@ from sonfolio import cpu, tracks
 from sonfolio.export.layout import DECODER, ENCODER, UNMERGED
 from sonfolio.infer.ortloop import OrtGreedy
 from sonfolio.train import ctc
+
+if TYPE_CHECKING:
+    from sonfolio.score.constrained import Carry
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +85,9 @@ class Variant:
     loop: Any = field(default=None, repr=False)
     # the model itself where it was loaded with the variant (torch, or ONNX that optimum decodes)
     _model: Any = field(default=None, repr=False)
+    # constrained decoding's outcomes so far (see `generate`)
+    decode_stats: Counter = field(default_factory=Counter, repr=False)
+    _vocab: Any = field(default=None, repr=False)  # the tokenizer's pieces, made on first use
 
     @property
     def model(self) -> Any:
@@ -94,33 +102,109 @@ class Variant:
         return tracks.get(self.track).input_name
 
     @torch.no_grad()
-    def generate(self, inputs: torch.Tensor, max_new_tokens: int) -> list[str]:
-        """Greedy decoding (one beam, no sampling) of a batch.
+    def generate(
+        self,
+        inputs: torch.Tensor,
+        max_new_tokens: int,
+        times: Sequence[str | None] | Carry | None = None,
+        constrained: bool = False,
+    ) -> list[str]:
+        """Greedy decoding (one beam, no sampling) of a batch, or decoding constrained by the
+        track's grammar (sonfolio.score.constrained: every text validates, or is empty where
+        nothing valid was found).
 
         Args:
             inputs: score: (B, 1, H, W) float pixels in [0, 1], ink = 1
                 (sonfolio.score.batches); speech: (B, mel bins, frames) log-mel features
                 (sonfolio.speech.batches).
             max_new_tokens: decoding limit per sample.
+            times: score, constrained: per sample the time signature in force before it (None:
+                unknown), or a `Carry` (each sample in the time the one before leaves).
+            constrained: decode under the grammar (score track only); counted in
+                `decode_stats`: CTC greedy_valid (returned as
+                is) or searched; attention complete; either cut_back or empty.
 
         Returns:
             B texts, special tokens removed.
+
+        Raises:
+            VariantError: `constrained` for a track with no grammar.
         """
+        if constrained:
+            return self._constrained(inputs, max_new_tokens, times)
         if ctc.decodes_with_ctc(self.config) and self.kind == "torch":
             ids = ctc.greedy(self.model, inputs, max_new_tokens)
             return self.tokenizer.batch_decode(ids, skip_special_tokens=True)
-        limit = decoder_positions(self.config) - 1  # the start token takes a position
-        if isinstance(self.loop, OrtGreedy):  # so does the rest of a Whisper's prompt
-            limit = decoder_positions(self.config) - len(self.loop.prompt.ids)
         if self.loop is not None:
-            ids = self.loop.generate(inputs.numpy(), min(max_new_tokens, limit), forced=False)
+            ids = self.loop.generate(inputs.numpy(), min(max_new_tokens, self._limit()), False)
             return self.tokenizer.batch_decode(ids, skip_special_tokens=True)
         if self.kind == "torch":
             inputs = inputs.to(self.model.device)
         ids = self.model.generate(
-            inputs, max_new_tokens=min(max_new_tokens, limit), num_beams=1, do_sample=False
+            inputs, max_new_tokens=min(max_new_tokens, self._limit()), num_beams=1, do_sample=False
         )
         return self.tokenizer.batch_decode(ids, skip_special_tokens=True)
+
+    def _limit(self) -> int:
+        limit = decoder_positions(self.config) - 1  # the start token takes a position
+        if isinstance(self.loop, OrtGreedy):  # so does the rest of a Whisper's prompt
+            limit = decoder_positions(self.config) - len(self.loop.prompt.ids)
+        return limit
+
+    def _constrained(
+        self, inputs: torch.Tensor, new: int, times: Sequence[str | None] | Carry | None
+    ) -> list[str]:
+        # the track's definition names the module that decodes under its grammar
+        cs = getattr(tracks.get(self.track), "grammar", lambda: None)()
+        if cs is None:
+            raise VariantError(
+                f"{self.name}: constrained decoding needs a grammar; the {self.track} track has "
+                "none (set constrained: false)"
+            )
+        if self._vocab is None:
+            self._vocab = cs.Vocab(self.tokenizer)
+        vocab, stats = self._vocab, self.decode_stats
+        if ctc.decodes_with_ctc(self.config):
+            blank = self.config.pad_token_id
+            decode = partial(cs.ctc_decode, vocab=vocab, blank=blank, times=times, stats=stats)
+            if self.kind == "torch":
+                logits = ctc.logits(self.model, inputs).float().cpu().numpy()
+                ids = decode(logits, limit=new)
+            else:
+                ids = self.loop.generate(
+                    inputs.numpy(), new, decode=lambda x, n: decode(x, limit=n)
+                )
+            return [vocab.text(row) for row in ids]
+        if isinstance(times, cs.Carry):
+            # an attention decoder reads a batch's samples side by side, but a carried time is
+            # known only once the sample before has ended: one sample at a time
+            texts, time = [], times.start
+            for row in range(len(inputs)):
+                texts += self._attend(cs, inputs[row : row + 1], new, [time])
+                time = cs.next_time(texts[-1], time)
+            return texts
+        return self._attend(cs, inputs, new, times)
+
+    def _attend(
+        self, cs: Any, inputs: torch.Tensor, new: int, times: Sequence[str | None] | None
+    ) -> list[str]:
+        """Constrained greedy decoding by the attention decoder (ORT loop or HF generate)."""
+        new = min(new, self._limit())
+        constraint = cs.GreedyConstraint(self._vocab, times, len(inputs), self.decode_stats)
+        if self.loop is not None:
+            ids = self.loop.generate(inputs.numpy(), new, False, constraint)
+        else:
+            if self.kind == "torch":
+                inputs = inputs.to(self.model.device)
+            out = self.model.generate(
+                inputs,
+                max_new_tokens=new,
+                num_beams=1,
+                do_sample=False,
+                logits_processor=[cs.logits_processor(constraint)],
+            )
+            ids = constraint.finish([row[1:] for row in out.tolist()])  # [1:]: the start token
+        return [self._vocab.text(row) for row in ids]
 
 
 def decoder_positions(config: Any) -> int:

@@ -67,13 +67,21 @@ class EvalTrack(Protocol):
 def decode(
     track: EvalTrack, v: variants.Variant, rows: list[dict], data: Path, cfg: EvalConfig
 ) -> list[str]:
-    """Greedy outputs for `rows`, `cfg.batch_size` samples per generate call."""
+    """Greedy (or grammar-constrained) outputs for `rows`, `cfg.batch_size` samples per
+    generate call."""
     hyps: list[str] = []
     with Progress(transient=True) as bar:
         task = bar.add_task(f"{v.name}: decoding", total=len(rows))
         for start in range(0, len(rows), cfg.batch_size):
             chunk = rows[start : start + cfg.batch_size]
-            hyps += v.generate(track.eval_inputs(v, chunk, data), cfg.decode_max_tokens)
+            # a track whose section has `constrained` decodes under its grammar, each row in
+            # the time in force before it (a manifest's `time`; None where its header states one)
+            hyps += v.generate(
+                track.eval_inputs(v, chunk, data),
+                cfg.decode_max_tokens,
+                times=[r.get("time") for r in chunk],
+                constrained=getattr(cfg, "constrained", False),
+            )
             bar.advance(task, len(chunk))
     return hyps
 

@@ -118,6 +118,27 @@ def test_lilypond_output_keeps_canonical_systems_and_comments_out_the_rest(lilyp
     assert not (tmp_path / "pwned").exists()
 
 
+def test_a_page_ly_engraves_a_continuation_system_in_the_time_above_it(tmp_path, lilypond):
+    """The second line of a page prints no time signature: the .ly reads it in the 3/4 the
+    first leaves in force (no bar-check warning, and no 4/4 drawn)."""
+    first = r"\clef treble \key g \major \time 3/4 g'2. | a'4 b'4 c''4"
+    second = r"\clef treble \key g \major d''2. | b'2."
+    systems = [
+        SystemText(1, Box(0, 0, 10, 10), first, None),
+        SystemText(2, Box(0, 10, 10, 20), second, _problem(second, "3/4"), "3/4"),
+    ]
+    assert systems[1].problem is None and _problem(second, "2/4") is not None
+    path = tmp_path / "page.ly"
+    path.write_text(read_lilypond([("page.png", Reading(systems, 0.0))]))
+    assert r"\once \omit Staff.TimeSignature \time 3/4 " + second in path.read_text()
+    done = subprocess.run(
+        [str(lilypond), "-dno-print-pages", "-o", str(tmp_path / "x"), str(path)],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "warning" not in done.stderr, done.stderr
+
+
 def test_transcribe_cuts_two_and_a_half_windows_into_three_chunks(files, capsys):
     argv = ["transcribe", str(files["long"]), "--model", str(files["speech"]), "--format", "json"]
     assert cli(files, *argv) == 0

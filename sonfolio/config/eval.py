@@ -18,6 +18,7 @@ class ScoreEval(Strict):
     max_samples: Positive | None  # per split, a seeded random subset; null: all
     batch_size: Positive  # systems per generate call
     decode_max_tokens: Positive  # greedy decoding limit per system
+    constrained: bool  # decode under the canonical grammar (sonfolio.score.constrained)
     threads: Positive | None  # CPU threads (torch and ONNX Runtime); null: all cores
     worst_examples: Annotated[int, Field(ge=0)]  # side-by-side images per variant and split
     random_examples: Annotated[int, Field(ge=0)]

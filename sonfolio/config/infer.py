@@ -71,6 +71,8 @@ class Infer(Strict):
     score_max_tokens: Positive  # greedy decoding limit per system
     speech_max_tokens: Positive  # greedy decoding limit per audio chunk
     batch_size: Positive  # systems or chunks per generate call
+    # read/serve: decode staff systems under the canonical grammar (sonfolio.score.constrained)
+    constrained: bool
     page: PageSplit
     image: ImageLimits
     audio: AudioChunks

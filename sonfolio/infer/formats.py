@@ -7,6 +7,7 @@ import unicodedata
 from collections.abc import Sequence
 
 from sonfolio.infer.run import ChunkText, Reading
+from sonfolio.score.compile_check import lilypond_text
 from sonfolio.score.lilypond import document
 
 READ_FORMATS = ("text", "ly", "json")
@@ -95,7 +96,8 @@ def read_lilypond(results: Sequence[tuple[str, Reading]]) -> str:
         for s in reading.systems:
             where = f"{flat_text(name)} system {s.index} (box {s.box.as_list()})"
             if s.problem is None:
-                kept.append(s.text)
+                # a system that prints no time signature is read in the one above's
+                kept.append(lilypond_text(s.text, s.time))
                 header.append(f"% \\score {len(kept)}: {where}")
             else:
                 why = flat_text(s.problem)

@@ -7,12 +7,17 @@ sonfolio.variants) and measured by the bench stages (sonfolio.bench.loop_runtime
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from sonfolio.ctc_format import CTC_OUTPUT, collapse
 from sonfolio.prompt import DecoderPrompt
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from sonfolio.score.constrained import GreedyConstraint
 
 
 def set_spinning(options: Any, spin: bool) -> None:
@@ -142,10 +147,18 @@ class OrtGreedy:
         self.enc.run_with_iobinding(io)
         return io.get_outputs()[0]
 
-    def generate(self, x: np.ndarray, new: int, forced: bool) -> list[list[int]]:
+    def generate(
+        self,
+        x: np.ndarray,
+        new: int,
+        forced: bool,
+        constraint: GreedyConstraint | None = None,
+    ) -> list[list[int]]:
         """At most `new` tokens a sample after the prompt (which is not returned); `forced`:
         the end token is never picked, so every sample gets `new` (the bench's fixed length).
-        A finished sample is padded with the end token."""
+        A finished sample is padded with the end token. `constraint`
+        (sonfolio.score.constrained): each step picks the best token the grammar allows, and
+        a sample that ends incomplete is cut back to its last complete point (no padding)."""
         batch, width = len(x), len(self.prompt.ids)
         value = self.ort.OrtValue.ortvalue_from_numpy
         prompt = np.tile(np.array(self.prompt.ids, dtype=np.int64), (batch, 1))  # (B, P)
@@ -180,7 +193,8 @@ class OrtGreedy:
                 last[:, banned] = -np.inf
             if forced:
                 last[:, self.eos] = -np.inf
-            nxt = np.where(done, self.eos, last.argmax(-1))
+            best = last.argmax(-1) if constraint is None else constraint.choose(last)
+            nxt = np.where(done, self.eos, best)
             tokens[:, step] = nxt
             done |= nxt == self.eos
             if done.all():
@@ -191,7 +205,7 @@ class OrtGreedy:
                     io.bind_ortvalue_input(name.replace("present", "past_key_values", 1), past)
             ids[:, 0] = nxt
             session, binding, out, banned = next_session, io, logits, self.suppress
-        return tokens.tolist()
+        return tokens.tolist() if constraint is None else constraint.finish(tokens.tolist())
 
 
 class OrtCtc:
@@ -236,6 +250,16 @@ class OrtCtc:
         """The head's logits, (B, encoder positions, vocabulary)."""
         return self.enc.run([CTC_OUTPUT], {self.enc_input: np.ascontiguousarray(x)})[0]
 
-    def generate(self, x: np.ndarray, new: int, forced: bool = False) -> list[list[int]]:
-        """At most `new` tokens a sample (`forced` is moot: CTC has no end token to hold off)."""
+    def generate(
+        self,
+        x: np.ndarray,
+        new: int,
+        forced: bool = False,
+        decode: Callable[[np.ndarray, int], list[list[int]]] | None = None,
+    ) -> list[list[int]]:
+        """At most `new` tokens a sample (`forced` is moot: CTC has no end token to hold off).
+        `decode(logits, new)`: another decoding of the head's (B, T, V) logits than the greedy
+        collapse (sonfolio.score.constrained.ctc_decode, bound to its grammar)."""
+        if decode is not None:
+            return decode(self.encode(x), new)
         return collapse(self.encode(x).argmax(-1), self.blank, new)

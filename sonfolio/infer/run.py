@@ -4,7 +4,8 @@ Preprocessing is the training data's: a system image has its long side resized t
 canvas width with Lanczos (sonfolio.score.render.finish_image), then goes through
 sonfolio.score.batches.load_image / to_pixel_values; audio is 16 kHz mono
 (sonfolio.speech.audio.decode) turned into log-mel features by the model's own feature extractor.
-Decoding is greedy (sonfolio.variants.Variant.generate).
+Decoding is greedy, or for staff systems constrained by the canonical grammar with
+`infer.constrained` (sonfolio.variants.Variant.generate).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from sonfolio.infer.page import Box, deskew, find_staves, split_page
 from sonfolio.infer.voice import has_speech
 from sonfolio.score.batches import load_image, to_pixel_values
 from sonfolio.score.canonical import CanonicalError, validate
+from sonfolio.score.constrained import Carry, next_time
 from sonfolio.speech.audio import SAMPLE_RATE
 from sonfolio.variants import Variant, VariantError, load
 
@@ -95,6 +97,7 @@ class SystemText:
     box: Box  # where it lies in the image
     text: str
     problem: str | None  # why the text is not canonical LilyPond; None when it is
+    time: str | None = None  # the time signature in force before it (the system above's)
 
     def as_dict(self) -> dict:
         return {
@@ -103,6 +106,7 @@ class SystemText:
             "text": self.text,
             "canonical": self.problem is None,
             "problem": self.problem,
+            "time": self.time,
         }
 
 
@@ -155,27 +159,44 @@ def pixel_values(images: Sequence[Image.Image], processor: Any) -> torch.Tensor:
     return to_pixel_values(np.stack(arrays))
 
 
-def _problem(text: str) -> str | None:
+def _problem(text: str, time: str | None = None) -> str | None:
     try:
-        validate(text)
+        validate(text, time)
     except CanonicalError as err:
         return str(err)
     return None
 
 
 def read_image(variant: Variant, image: Image.Image, page: bool | None, cfg: Infer) -> Reading:
-    """Every staff system of a grey image, read into LilyPond text."""
+    """Every staff system of a grey image, read into LilyPond text.
+
+    Systems are read top to bottom, each in the time signature the one above leaves in force
+    (canonical.time_after; the first: none known), which a system that prints none needs for
+    its bar checks; with `infer.constrained` the decoding itself keeps to the grammar
+    (sonfolio.score.constrained), else it is greedy and only checked.
+    """
     source, boxes, angle = system_boxes(image, page, cfg)
     if not boxes:
         return Reading([], angle)
     crops = [source.crop((b.left, b.top, b.right, b.bottom)) for b in boxes]
     pixels = pixel_values(crops, variant.processor)
     texts: list[str] = []
+    times: list[str | None] = []  # the time in force before each system
+    time: str | None = None  # in force before the next system to decode
     for part in _batches(len(crops), cfg.batch_size):
-        texts += variant.generate(pixels[part], cfg.score_max_tokens)
+        if cfg.constrained:
+            batch = variant.generate(
+                pixels[part], cfg.score_max_tokens, times=Carry(time), constrained=True
+            )
+        else:
+            batch = variant.generate(pixels[part], cfg.score_max_tokens)
+        for text in batch:
+            texts.append(text.strip())
+            times.append(time)
+            time = next_time(texts[-1], time)
     systems = [
-        SystemText(i + 1, box, text.strip(), _problem(text.strip()))
-        for i, (box, text) in enumerate(zip(boxes, texts, strict=True))
+        SystemText(i + 1, box, text, _problem(text, t), t)
+        for i, (box, text, t) in enumerate(zip(boxes, texts, times, strict=True))
     ]
     return Reading(systems, angle)
 

@@ -6,7 +6,9 @@ for hours (`\\repeat unfold 100000000`): a prediction reaches LilyPond only when
 project's canonical grammar (sonfolio.score.canonical), which has none of these. One rule is
 relaxed: bar lengths. A well-formed system whose bars do not add up is harmless LilyPond (it
 compiles with a "bar check failed" warning), and counting those warnings is part of the
-measure, so such a text is compiled rather than rejected.
+measure, so such a text is compiled rather than rejected. A system whose header prints no time
+signature (a continuation system) is compiled in the time in force before it, set unprinted
+(`lilypond_text`).
 
 Outcome per system (docs/evaluation.md gives the strict definition):
 - `rejected`: outside the grammar; LilyPond never saw it;
@@ -18,6 +20,7 @@ Outcome per system (docs/evaluation.md gives the strict definition):
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 import subprocess
@@ -56,27 +59,56 @@ class _BarTolerantParser(canonical._Parser):
 
     def bar_check(self) -> None:
         expected = self.partial if (self.bars == 0 and self.partial is not None) else self.measure
-        if self.bar_events and not self.clef_pending:
+        if self.bar_events and not self.clef_pending and expected is not None:
             self.bar = expected
         super().bar_check()
 
     def end(self) -> None:
         if self.bars == 0 and self.partial is not None:
             self.bar = self.partial
-        else:
+        elif self.measure is not None:
             self.bar = min(self.bar, self.measure)
         super().end()
 
 
-def check_grammar(text: str) -> str | None:
-    """None when `text` may go to LilyPond, else why not (the grammar's message)."""
+def check_grammar(text: str, time: str | None = None) -> str | None:
+    """None when `text` (read in the time in force `time`) may go to LilyPond, else why not
+    (the grammar's message)."""
     if not text:
         return "empty text"
     try:
-        _BarTolerantParser(text).run()
+        _BarTolerantParser(text, time).run()
     except canonical.CanonicalError as err:
         return str(err)
     return None
+
+
+def lilypond_text(text: str, time: str | None = None) -> str:
+    """What LilyPond compiles for a system that passed `check_grammar`: the text itself when
+    its header prints a time signature; otherwise the text after an unprinted
+    `\\once \\omit Staff.TimeSignature \\time T` (T: the time in force, or, unknown, a time
+    whose measure is the first full bar's), so bar checks hold and no 4/4 is drawn."""
+    if canonical.header_time(text) is not None:
+        return text
+    if time is None:
+        time = _time_of_first_bar(text)
+    canonical.time_measure(time)  # raises on anything but N/D: never pass text through
+    return rf"\once \omit Staff.TimeSignature \time {time} {text}"
+
+
+def _time_of_first_bar(text: str) -> str:
+    """N/D (N <= 32) for the measure the first full bar sets (as `validate` reads it); with
+    no full bar, the shortest such measure that holds the whole text (4/4 if none does)."""
+    parser = canonical._Parser(text)
+    # a text with wrong bar lengths still compiles: what was read before the error serves
+    with contextlib.suppress(canonical.CanonicalError):
+        parser.run()
+    length = parser.measure if parser.measure is not None else parser.bar
+    for den in canonical.DURATION_BASES[2:] + canonical.DURATION_BASES[:2]:  # 4, 8, ... 1, 2
+        num = length * den
+        if num.denominator == 1 and 1 <= num <= canonical.MAX_TIME_NUMERATOR:
+            return f"{num.numerator}/{den}"
+    return "4/4"
 
 
 def compile_texts(
@@ -89,11 +121,14 @@ def compile_texts(
     keep: dict[int, Path] | None = None,
     on_batch: Callable[[int], None] | None = None,
     compile_fn: Callable[..., Compiled] = compile_systems,
+    times: Sequence[str | None] | None = None,
 ) -> list[CompileResult]:
     """Check and compile `texts`; one result each, in order.
 
     Args:
         texts: predicted systems (anything: hostile text is rejected unseen by LilyPond).
+        times: per text, the time signature in force before it (a manifest row's `time`);
+            None: none known (see `lilypond_text`).
         exe: the LilyPond binary.
         batch_size: systems per LilyPond process.
         timeout_s: limit per LilyPond process; a batch that runs past it is split until the
@@ -103,10 +138,13 @@ def compile_texts(
         on_batch: called with the number of systems done after each batch (progress).
         compile_fn: compile_systems (tests pass a spy to prove what LilyPond never sees).
     """
+    times = [None] * len(texts) if times is None else list(times)
+    if len(times) != len(texts):
+        raise ValueError(f"{len(times)} times for {len(texts)} texts")
     results: list[CompileResult | None] = [None] * len(texts)
     todo: list[int] = []
-    for i, text in enumerate(texts):
-        why = check_grammar(text)
+    for i, (text, time) in enumerate(zip(texts, times, strict=True)):
+        why = check_grammar(text, time)
         if why is None:
             todo.append(i)
         else:
@@ -118,7 +156,8 @@ def compile_texts(
     run = _Runner(exe, timeout_s, resolution, keep or {}, compile_fn)
     for start in range(0, len(todo), batch_size):
         batch = todo[start : start + batch_size]
-        for i, result in zip(batch, run.batch([texts[i] for i in batch], batch), strict=True):
+        ly = [lilypond_text(texts[i], times[i]) for i in batch]
+        for i, result in zip(batch, run.batch(ly, batch), strict=True):
             results[i] = result
         if on_batch:
             on_batch(len(batch))

@@ -159,6 +159,15 @@ class ScoreTrack:
         """The untouched base a peer runs as is: none."""
         return None
 
+    # --- constrained decoding ---
+
+    def grammar(self):
+        """The module that decodes under this track's grammar, so every output is valid
+        canonical LilyPond (sonfolio.score.constrained; read by sonfolio.variants)."""
+        from sonfolio.score import constrained
+
+        return constrained
+
     # --- eval ---
 
     # Compared with the reference variant (delta_<key>; a positive ser delta is a loss) and

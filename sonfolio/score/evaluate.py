@@ -49,27 +49,35 @@ def choose_examples(
 
 
 def compile_all(
-    hyps: list[str], cfg: ScoreEval, exe: Path, keep: dict[int, Path], label: str
+    hyps: list[str],
+    cfg: ScoreEval,
+    exe: Path,
+    keep: dict[int, Path],
+    label: str,
+    times: list[str | None] | None = None,
 ) -> list[compile_check.CompileResult]:
-    """Compile results per prediction; each distinct text is compiled once."""
-    unique = list(dict.fromkeys(hyps))
+    """Compile results per prediction, each read in its row's time in force (`times`); each
+    distinct (text, time) is compiled once."""
+    pairs = list(zip(hyps, times or [None] * len(hyps), strict=True))
+    unique = list(dict.fromkeys(pairs))
     where = {t: k for k, t in enumerate(unique)}
-    keep_unique = {where[hyps[i]]: path for i, path in keep.items()}
+    keep_unique = {where[pairs[i]]: path for i, path in keep.items()}
     with Progress(transient=True) as bar:
         task = bar.add_task(f"{label}: compiling", total=len(unique))
         results = compile_check.compile_texts(
-            unique,
+            [text for text, _ in unique],
             exe,
             batch_size=cfg.compile_batch,
             timeout_s=cfg.compile_timeout_s,
             resolution=cfg.render_dpi,
             keep=keep_unique,
             on_batch=lambda n: bar.advance(task, n),
+            times=[time for _, time in unique],
         )
     # A text kept for several rows was copied once: every row's path points at that copy.
     for i in keep:
-        keep[i] = keep_unique[where[hyps[i]]]
-    return [results[where[h]] for h in hyps]
+        keep[i] = keep_unique[where[pairs[i]]]
+    return [results[where[p]] for p in pairs]
 
 
 class TruthRenders:
@@ -89,6 +97,7 @@ class TruthRenders:
             timeout_s=self.cfg.compile_timeout_s,
             resolution=self.cfg.render_dpi,
             keep=keep,
+            times=[rows[i].get("time") for i in todo],
         )
         for k, (i, r) in enumerate(zip(todo, results, strict=True)):
             self.done[(split, i)] = keep[k] if r.outcome == "compiled" else None
@@ -112,7 +121,8 @@ class Scorer:
         picks = choose_examples(scores, self.cfg, split)
         renders = {i: self.work / variant / split / f"{i}.png" for i in picks}
         t0 = time.perf_counter()
-        results = compile_all(hyps, self.cfg, self.exe, renders, f"{variant} {split}")
+        times = [r.get("time") for r in rows]  # the time in force before each system
+        results = compile_all(hyps, self.cfg, self.exe, renders, f"{variant} {split}", times)
         compile_s = time.perf_counter() - t0
         truth = self.truths.get(split, rows, sorted(picks))
         folder.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,8 @@ The head is a linear layer from the encoder width to the vocabulary, registered 
 
 Decoding with the head. A model whose config says `ctc_decoding: true` (score_train.decode:
 ctc) is read by its encoder and this head, greedily (the best label per encoder position,
-repeats merged, blanks dropped: Graves et al. 2006), not by its attention decoder. The
+repeats merged, blanks dropped: Graves et al. 2006), or by a search constrained by the
+canonical grammar (sonfolio.score.constrained, over `logits`), not by its attention decoder. The
 saved folder is the plain transformers class as ever (`save_pretrained`, which any
 transformers or optimum loader reads) and the head beside it in `ctc_head.safetensors`
 (`save_pretrained` / `load_head` here); the export stages add the head to the encoder's ONNX
@@ -127,15 +128,21 @@ def load_head(model: PreTrainedModel, folder: Path) -> PreTrainedModel:
 
 
 @torch.no_grad()
-def greedy(
-    model: PreTrainedModel, inputs: torch.Tensor, limit: int | None = None
-) -> list[list[int]]:
-    """Token ids read by the encoder and the CTC head of `model` (which must have one)."""
+def logits(model: PreTrainedModel, inputs: torch.Tensor) -> torch.Tensor:
+    """The CTC head's logits (B, encoder positions, vocabulary) of `model` (which must have
+    one) on a batch."""
     head = getattr(model, HEAD, None)
     if head is None:
         raise ValueError("this model has no CTC head to decode with (ctc_head.safetensors)")
     states = model.get_encoder()(inputs.to(model.device, model.dtype)).last_hidden_state
-    best = head(states.to(head.weight.dtype)).argmax(-1).cpu().numpy()
+    return head(states.to(head.weight.dtype))
+
+
+def greedy(
+    model: PreTrainedModel, inputs: torch.Tensor, limit: int | None = None
+) -> list[list[int]]:
+    """Token ids read by the encoder and the CTC head of `model` (which must have one)."""
+    best = logits(model, inputs).argmax(-1).cpu().numpy()
     return collapse(best, model.config.pad_token_id, limit)
 
 

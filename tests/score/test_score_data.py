@@ -114,7 +114,8 @@ def test_a_share_of_the_pieces_is_also_cut_from_pages(built):
 def test_every_image_agrees_with_its_text(built, lilypond, tmp_path):
     """Re-render a sample of texts (train ones re-augmented with their seed): same pixels."""
     cfg, out, rows, _ = built
-    alone = [r for r in rows if r["layout"] == "system"]  # page lines: tests/score/test_page_data.py
+    # page lines are checked by tests/score/test_page_data.py
+    alone = [r for r in rows if r["layout"] == "system"]
     sample = random.Random(0).sample(alone, min(16, len(alone)))
     jobs = [
         RenderJob(

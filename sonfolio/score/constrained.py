@@ -1,0 +1,845 @@
+"""Decoding constrained by the canonical grammar: every text a model writes validates.
+
+`State` reads a text a piece at a time (a character, a tokenizer piece such as "Ġfis''4.") and
+says whether the prefix read so far can still become a text that `canonical.validate(text,
+time)` accepts (`feed` returns None when it cannot) and whether it is one as it stands
+(`complete`). On a whole text it agrees with `validate` exactly (tests/score/test_constrained.py
+checks the grammar's own lists, synthetic systems and random mutations of both).
+
+How it reads. The text is a sequence of space-separated tokens; the state holds what the
+parser knows after the completed tokens (mode: what token may come next; clef, key, time,
+measure, pickup, the bar's length, a pending tie, a tuplet or chord in progress) and the
+partial last token. A completed token goes through the same checks as canonical's parser, in
+its push form, so a token that `validate` would reject kills the state at once; so does a bar
+already longer than its measure (no continuation can shorten it). The partial token is checked
+against the set of every prefix of the tokens the mode allows (tables built once), refined: a
+prefix with few completions (under 64: "fis''4" can only become "fis''4", "fis''4.", ...) is
+checked exactly, each completion run through the parser; one that can only become an event is
+dead when even its shortest completion overflows the bar, or when none of its pitches can take
+a pending tie. Any other partial token is judged viable when some token of the mode extends it
+(the exact check comes when it completes), so a decoder can still meet a dead end, rarely.
+One gap is left viable on purpose: a pickup bar that needs a length no sum of events can make
+(a `\\partial 4*1/97`) is not foreseen.
+
+Cost: a step carries the state forward (nothing is re-parsed), so it does not grow with the
+prefix; `State.step(vocab, id)` caches each child per state, which the CTC beam search, trying
+the same extensions frame after frame, relies on. Measured figures: benchmarks/constrained.py.
+
+Two decoders use it, written here because no installed library does either on these models:
+- `ctc_decode`: a CTC prefix beam search (Graves 2012, Hannun et al. 2014) over the CTC head's
+  log-probabilities that extends a prefix only with a piece the grammar allows; pyctcdecode and
+  torchaudio's decoder take word lexicons and n-gram LMs, not a grammar over a byte-level BPE.
+- `GreedyConstraint`: greedy attention decoding that picks the best-scoring token keeping the
+  prefix viable and the end token only when the prefix is complete; the ORT loop
+  (sonfolio.infer.ortloop.OrtGreedy) calls it each step, and `LogitsProcessor` wraps it for
+  transformers' `generate` (which does not run on the ORT loop's sessions).
+
+When nothing complete is found (a model stuck in a dead end, or out of tokens), the best
+prefix is cut back to its last complete point (counted as `cut_back`); when even that is
+empty, the decoder returns no tokens (counted as `empty`): the empty text, which `validate`
+rejects, so callers see it as a failed reading; nothing is invented.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from sonfolio.score import canonical as cn
+
+# What may come next (the parser's position). H*: the header; C*: a change's arguments.
+(
+    HCLEF_CMD,
+    HCLEF,
+    HKEY_CMD,
+    HTONIC,
+    HMODE,
+    AFTER_KEY,
+    HTIME,
+    AFTER_TIME,
+    HPARTIAL,
+    BODY,
+    CCLEF,
+    CTONIC,
+    CMODE,
+    CTIME,
+    RATIO,
+    OPEN,
+    TUP,
+    CHORD,
+) = range(18)
+
+_ORDER = {cmd: i for i, cmd in enumerate(cn._CHANGE_ORDER)}  # \clef 0, \key 1, \time 2
+# Prefixes of a \partial argument: D, D., D.., D*N, D*N/M (canonical's _PARTIAL), cut anywhere.
+_PARTIAL_PREFIX = re.compile(
+    r"(?:3|6|(?:1|2|4|8|16|32|64)\.{0,2}(?:\*(?:[1-9][0-9]*(?:/(?:[1-9][0-9]*)?)?)?)?)?"
+)
+
+
+# A partial token with at most this many completions is checked exactly (each completion run
+# through the parser): a few µs each, and it removes most dead ends a decoder could walk into.
+_EXACT_BELOW = 64
+
+
+@dataclass(frozen=True)
+class _Lex:
+    """What a partial token can still become, in one mode."""
+
+    completions: tuple[str, ...] | None  # every token it can become, where there are few
+    events_only: bool  # every completion is a note, rest or chord end
+    min_len: Fraction | None  # the shortest of those events' lengths (whole notes)
+    pitches: frozenset  # the pitch keys its completions hold (a pending tie needs one of them)
+
+
+def _pitches() -> list[str]:
+    marks = ["", *("'" * k for k in range(1, cn.MAX_UP_OCTAVES + 1))]
+    marks += ["," * k for k in range(1, cn.MAX_DOWN_OCTAVES + 1)]
+    return [s + a + m for s in cn._STEPS for a in cn._ALTER for m in marks]
+
+
+def _table(tokens: dict[str, Fraction | None]) -> dict[str, _Lex]:
+    """Every prefix ("" included) of `tokens` (token -> its event length, None: no event)."""
+    info: dict[str, list] = {}  # prefix -> [completions, non-event, min length, pitches]
+    for tok, length in tokens.items():
+        pitch = _token_pitch(tok)
+        for i in range(len(tok) + 1):
+            e = info.setdefault(tok[:i], [[], False, None, set()])
+            e[0].append(tok)
+            e[3] |= pitch
+            if length is None:
+                e[1] = True
+            else:
+                e[2] = length if e[2] is None else min(e[2], length)
+    return {
+        p: _Lex(tuple(c) if len(c) <= _EXACT_BELOW else None, not other, m, frozenset(ps))
+        for p, (c, other, m, ps) in info.items()
+    }
+
+
+def _token_pitch(tok: str) -> frozenset:
+    """The pitch key a lexicon token holds (a note; a chord's start, pitch or end); none for
+    rests and the rest."""
+    key = _pitch_key(tok.lstrip("<").split(">")[0])
+    if key is None:
+        ev = _event(tok)
+        return frozenset() if ev is None else ev[0]
+    return frozenset((key,))
+
+
+@functools.cache
+def _lexicon() -> dict[int, dict[str, _Lex]]:
+    """Prefix tables per mode (built once: ~0.3 s; HPARTIAL uses _PARTIAL_PREFIX instead)."""
+    pitches = _pitches()
+    durs = {d: cn.duration_value(d) for d in cn.DURATIONS}
+    events: dict[str, Fraction | None] = {}
+    for p in pitches:
+        events["<" + p] = None  # a chord's first pitch: its length comes at its end
+        for d, length in durs.items():
+            events[p + d] = events[p + d + "~"] = length
+    events.update({"r" + d: length for d, length in durs.items()})
+    body = _table({**events, "|": None, **dict.fromkeys(cn._CHANGE_ORDER), "\\tuplet": None})
+    chord: dict[str, Fraction | None] = dict.fromkeys(pitches)
+    for p in pitches:
+        for d, length in durs.items():
+            chord[p + ">" + d] = chord[p + ">" + d + "~"] = length
+    times = [f"{n}/{d}" for n in range(1, cn.MAX_TIME_NUMERATOR + 1) for d in cn.DURATION_BASES]
+    top = cn.MAX_TUPLET_NUMBER + 1
+    ratios = [f"{n}/{m}" for n in range(1, top) for m in range(1, top) if n != m]
+    clefs, tonics = _table(dict.fromkeys(cn.CLEFS)), _table(dict.fromkeys(cn.MAJOR_TONICS))
+    major, time_table = _table({"\\major": None}), _table(dict.fromkeys(times))
+    return {
+        HCLEF_CMD: _table({"\\clef": None}),
+        HCLEF: clefs,
+        HKEY_CMD: _table({"\\key": None}),
+        HTONIC: tonics,
+        HMODE: major,
+        AFTER_KEY: body,
+        HTIME: time_table,
+        AFTER_TIME: _table(
+            {
+                **events,
+                "|": None,
+                **dict.fromkeys(cn._CHANGE_ORDER),
+                "\\tuplet": None,
+                "\\partial": None,
+            }
+        ),
+        BODY: body,
+        CCLEF: clefs,
+        CTONIC: tonics,
+        CMODE: major,
+        CTIME: time_table,
+        RATIO: _table(dict.fromkeys(ratios)),
+        OPEN: _table({"{": None}),
+        TUP: _table({**events, "}": None}),
+        CHORD: _table(chord),
+    }
+
+
+@functools.lru_cache(maxsize=65536)
+def _event(tok: str) -> tuple[frozenset, Fraction, bool] | None:
+    """A note or rest token -> (pitches, length, tied); None when it is neither."""
+    if (m := cn._NOTE.fullmatch(tok)) is not None:
+        return (
+            frozenset((cn.pitch_order(m.group(1)),)),
+            cn._dur_value(m.group(2), m.group(3)),
+            bool(m.group(4)),
+        )
+    if (m := cn._REST.fullmatch(tok)) is not None:
+        return frozenset(), cn._dur_value(m.group(1), m.group(2)), False
+    return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _pitch_key(name: str) -> tuple[int, int] | None:
+    return cn.pitch_order(name) if cn._PITCH.fullmatch(name) is not None else None
+
+
+@functools.lru_cache(maxsize=1024)
+def _time(tok: str) -> Fraction | None:
+    """A time signature token's measure, as canonical's time_arg reads it; None: not one."""
+    m = cn._FRACTION.fullmatch(tok)
+    if m is None or int(m.group(1)) > cn.MAX_TIME_NUMERATOR:
+        return None
+    if int(m.group(2)) not in cn.DURATION_BASES:
+        return None
+    return Fraction(int(m.group(1)), int(m.group(2)))
+
+
+def _partial(tok: str, measure: Fraction) -> Fraction | None:
+    """A \\partial argument's length, as canonical's partial_arg checks it; None: rejected."""
+    m = cn._PARTIAL.fullmatch(tok)
+    if m is None:
+        return None
+    length = cn._dur_value(m.group(1), m.group(2)) * int(m.group(3) or 1) / int(m.group(4) or 1)
+    try:
+        if cn.partial_token(length) != tok:
+            return None
+    except ValueError:
+        return None
+    return length if length < measure else None
+
+
+class State:
+    """The canonical parser's state after a prefix of a text, copied on every step.
+
+    Build the first one with `State.start(time)`; `feed(text)` and `step(vocab, id)` return the
+    next state, or None when no text starting with the prefix can validate.
+    """
+
+    __slots__ = (
+        "mode",
+        "partial",
+        "ctx_time",
+        "ctx_measure",
+        "clef",
+        "key",
+        "tonic",
+        "time",
+        "measure",
+        "pickup",
+        "bar",
+        "bar_events",
+        "bars",
+        "tie",
+        "last_change",
+        "change_start",
+        "clef_pending",
+        "tuplet",
+        "inner",
+        "count",
+        "chord",
+        "children",
+        "_complete",
+    )
+
+    @classmethod
+    def start(cls, time: str | None = None) -> State:
+        """Before the first character; `time` as `canonical.validate` takes it.
+
+        Raises:
+            ValueError: `time` is not a time signature N/D.
+        """
+        s = cls.__new__(cls)
+        s.mode, s.partial = HCLEF_CMD, ""
+        s.ctx_time, s.ctx_measure = time, None if time is None else cn.time_measure(time)
+        s.clef = s.key = s.tonic = s.time = ""
+        s.measure = s.pickup = None
+        s.bar, s.bar_events, s.bars = Fraction(0), 0, 0
+        s.tie = None  # pitches of a pending tie
+        s.last_change = -1  # the last change at this bar's start (_ORDER), -1: none
+        s.change_start = s.clef_pending = False
+        s.tuplet, s.inner, s.count = None, Fraction(0), 0  # (N, M) of an open tuplet
+        s.chord = None  # the pitch keys of a chord in progress
+        s.children, s._complete = None, None
+        return s
+
+    def copy(self) -> State:
+        s = State.__new__(State)
+        for name in State.__slots__[:-2]:
+            setattr(s, name, getattr(self, name))
+        s.children, s._complete = None, None
+        return s
+
+    # --- reading ---
+
+    def step(self, vocab: Vocab, token: int) -> State | None:
+        """The state after one tokenizer piece (cached per state); None: dead or special."""
+        if self.children is None:
+            self.children = {}
+        elif token in self.children:
+            return self.children[token]
+        piece = vocab.pieces[token]
+        child = None if piece is None else self.feed(piece)
+        self.children[token] = child
+        return child
+
+    def feed(self, text: str) -> State | None:
+        """The state after `text` (any characters); None when the prefix cannot validate."""
+        s = self.copy()
+        parts = text.split(" ")
+        for part in parts[:-1]:  # each space completes the token before it
+            tok = s.partial + part
+            if not tok or not s._take(tok):  # an empty token: a leading or doubled space
+                return None
+            s.partial = ""
+        s.partial += parts[-1]
+        return s if s._viable_partial() else None
+
+    @property
+    def complete(self) -> bool:
+        """Whether the prefix as it stands is a text `validate` accepts."""
+        if self._complete is None:
+            self._complete = self._end()
+        return self._complete
+
+    def _end(self) -> bool:
+        if not self.partial:
+            return False
+        s = self.copy()
+        if not s._take(self.partial) or s.mode != BODY or not s.bar_events:
+            return False
+        if s.tie is not None or s.clef_pending:
+            return False
+        if s.bars == 0 and s.pickup is not None:
+            return s.bar == s.pickup
+        return True  # an overfull last bar was caught when its event completed
+
+    def _limit(self) -> Fraction | None:
+        return self.pickup if (self.bars == 0 and self.pickup is not None) else self.measure
+
+    def _viable_partial(self) -> bool:
+        p = self.partial
+        if self.mode == HPARTIAL:
+            return _PARTIAL_PREFIX.fullmatch(p) is not None
+        lex = _lexicon()[self.mode].get(p)
+        if lex is None:
+            return False
+        if lex.completions is not None:  # few: check each exactly
+            return any(self.copy()._take(t) for t in lex.completions)
+        if self.mode == CHORD:  # its pitches ascend: a completion must lie above the last
+            last, tie = self.chord[-1], self.tie
+            if tie is None or tie & frozenset(self.chord):
+                return any(k > last for k in lex.pitches)
+            top = max(tie, default=last)  # and at or below a tied pitch, while none is held
+            return any(last < k <= top for k in lex.pitches)
+        if not lex.events_only:
+            return True
+        if self.tie is not None and self.mode != CHORD and not (self.tie & lex.pitches):
+            return False
+        if lex.min_len is not None and (limit := self._limit()) is not None:
+            if self.tuplet is not None:
+                n, m = self.tuplet
+                return self.bar + (self.inner + lex.min_len) * m / n <= limit
+            return self.bar + lex.min_len <= limit
+        return True
+
+    # --- one completed token, as canonical._Parser checks it ---
+
+    def _take(self, tok: str) -> bool:
+        """Apply one whole token; False when `validate` would reject it (or the bar is already
+        longer than it may be). Mutates the state."""
+        mode = self.mode
+        if mode in (BODY, TUP):
+            return self._body(tok)
+        if mode == CHORD:
+            return self._chord(tok)
+        if mode == AFTER_KEY:
+            if tok == "\\time":
+                self.mode = HTIME
+                return True
+            if tok == "\\partial":
+                return False
+            if self.ctx_time is not None:
+                self.time, self.measure = self.ctx_time, self.ctx_measure
+            self.mode = BODY
+            return self._body(tok)
+        if mode == AFTER_TIME:
+            if tok == "\\partial":
+                self.mode = HPARTIAL
+                return True
+            self.mode = BODY
+            return self._body(tok)
+        return self._argument(mode, tok)
+
+    def _argument(self, mode: int, tok: str) -> bool:
+        """Header tokens and the arguments of changes and tuplets."""
+        if mode == HCLEF_CMD:
+            self.mode = HCLEF
+            return tok == "\\clef"
+        if mode == HCLEF:
+            self.clef, self.mode = tok, HKEY_CMD
+            return tok in cn.CLEFS
+        if mode == HKEY_CMD:
+            self.mode = HTONIC
+            return tok == "\\key"
+        if mode in (HTONIC, CTONIC):
+            self.tonic, self.mode = tok, HMODE if mode == HTONIC else CMODE
+            return tok in cn.MAJOR_TONICS
+        if mode == HMODE:
+            self.key, self.mode = self.tonic, AFTER_KEY
+            return tok == "\\major"
+        if mode == HTIME:
+            self.measure, self.time, self.mode = _time(tok), tok, AFTER_TIME
+            return self.measure is not None
+        if mode == HPARTIAL:
+            self.pickup, self.mode = _partial(tok, self.measure), BODY
+            return self.pickup is not None
+        if mode == CCLEF:
+            if tok not in cn.CLEFS or tok == self.clef:
+                return False
+            self.clef, self.clef_pending, self.mode = tok, not self.change_start, BODY
+            if self.change_start:
+                self.last_change = 0
+            return True
+        if mode == CMODE:
+            if tok != "\\major" or self.tonic == self.key:
+                return False
+            self.key, self.last_change, self.mode = self.tonic, 1, BODY
+            return True
+        if mode == CTIME:
+            measure = _time(tok)
+            if measure is None or tok == self.time:
+                return False
+            self.measure, self.time, self.last_change, self.mode = measure, tok, 2, BODY
+            return True
+        if mode == RATIO:
+            m = cn._FRACTION.fullmatch(tok)
+            if m is None or m.group(1) == m.group(2):
+                return False
+            n, d = int(m.group(1)), int(m.group(2))
+            self.tuplet, self.mode = (n, d), OPEN
+            return max(n, d) <= cn.MAX_TUPLET_NUMBER
+        # OPEN
+        self.inner, self.count, self.mode = Fraction(0), 0, TUP
+        return tok == "{"
+
+    def _body(self, tok: str) -> bool:
+        """A token in a bar (mode BODY) or inside a tuplet (TUP)."""
+        if self.mode == TUP:
+            if tok == "}":
+                if not self.count:
+                    return False
+                n, m = self.tuplet
+                self.bar += self.inner * m / n
+                self.tuplet, self.mode = None, BODY
+                return True
+            if tok in ("|", "{") or tok.startswith("\\"):
+                return False
+        elif tok == "|":
+            return self._bar_check()
+        elif tok in _ORDER:
+            return self._change(tok)
+        elif tok == "\\tuplet":
+            self.mode = RATIO
+            return True
+        if tok.startswith("<"):
+            first = tok[1:]
+            if cn._CHORD_END.fullmatch(first) is not None:
+                return False  # a one-pitch chord
+            key = _pitch_key(first)
+            if key is None:
+                return False
+            self.chord, self.mode = (key,), CHORD
+            return self._chord_can_tie()
+        ev = _event(tok)
+        return ev is not None and self._add_event(*ev)
+
+    def _chord(self, tok: str) -> bool:
+        m = cn._CHORD_END.fullmatch(tok)
+        key = _pitch_key(m.group(1) if m is not None else tok)
+        if key is None or key <= self.chord[-1]:
+            return False  # not a pitch, or not strictly ascending
+        if m is None:
+            self.chord += (key,)
+            return self._chord_can_tie()
+        pitches = frozenset((*self.chord, key))
+        self.chord, self.mode = None, BODY if self.tuplet is None else TUP
+        return self._add_event(pitches, cn._dur_value(m.group(2), m.group(3)), bool(m.group(4)))
+
+    def _chord_can_tie(self) -> bool:
+        """A chord in progress can still take a pending tie: it holds a tied pitch, or one
+        lies above its last pitch (the rest of the chord ascends from there)."""
+        if self.tie is None or self.tie & frozenset(self.chord):
+            return True
+        return bool(self.tie) and max(self.tie) > self.chord[-1]
+
+    def _add_event(self, pitches: frozenset, length: Fraction, tied: bool) -> bool:
+        if self.tie is not None and not (self.tie & pitches):
+            return False
+        self.tie = pitches if tied else None
+        self.bar_events += 1
+        self.clef_pending, self.last_change = False, -1
+        limit = self._limit()
+        if self.tuplet is not None:
+            self.inner += length
+            self.count += 1
+            if limit is None:
+                return True
+            n, m = self.tuplet
+            return self.bar + self.inner * m / n <= limit
+        self.bar += length
+        return limit is None or self.bar <= limit
+
+    def _bar_check(self) -> bool:
+        if not self.bar_events or self.clef_pending:
+            return False
+        expected = self._limit()
+        if expected is None:  # no time signature known: the first full bar sets the measure
+            self.measure = expected = self.bar
+        if self.bar != expected:
+            return False
+        self.bars += 1
+        self.bar, self.bar_events, self.last_change = Fraction(0), 0, -1
+        return True
+
+    def _change(self, cmd: str) -> bool:
+        at_start = self.bar_events == 0
+        if at_start and self.bars == 0:
+            return False  # the header states the first bar's clef, key and time
+        if cmd != "\\clef" and not at_start:
+            return False
+        if at_start and self.last_change >= _ORDER[cmd]:
+            return False
+        if self.clef_pending:
+            return False
+        self.change_start = at_start
+        self.mode = {"\\clef": CCLEF, "\\key": CTONIC, "\\time": CTIME}[cmd]
+        return True
+
+
+def accepts(text: str, time: str | None = None) -> bool:
+    """`canonical.is_canonical` by way of `State` (a character at a time): for the tests."""
+    state: State | None = State.start(time)
+    for ch in text:
+        state = state.feed(ch)
+        if state is None:
+            return False
+    return state.complete
+
+
+class Vocab:
+    """A tokenizer's pieces as text, for `State.step` (built once per tokenizer).
+
+    `pieces[id]` is the exact text the id decodes to (the byte-level decoder's output for the
+    id alone; "Ġfis''4." reads " fis''4."); None for the special tokens, which never stand in a
+    text. A piece holding a byte that is not ASCII decodes to U+FFFD, which no text allows.
+    """
+
+    def __init__(self, tokenizer: Any) -> None:
+        special = set(tokenizer.all_special_ids)
+        self.pieces: list[str | None] = [
+            None
+            if i in special
+            else tokenizer.decode(
+                [i], skip_special_tokens=False, clean_up_tokenization_spaces=False
+            )
+            for i in range(len(tokenizer))
+        ]
+        self.eos: int = tokenizer.eos_token_id
+        self.blank: int | None = tokenizer.pad_token_id
+
+    def text(self, ids: Sequence[int]) -> str:
+        return "".join(p for i in ids if (p := self.pieces[i]) is not None)
+
+
+@dataclass(frozen=True)
+class Carry:
+    """Decode rows in order, each in the time in force after the one before (a page's systems
+    top to bottom): `start` is the first row's time."""
+
+    start: str | None = None
+
+
+def next_time(text: str, time: str | None) -> str | None:
+    """The time in force after a system read in `time`: canonical.time_after for a valid
+    text; an invalid one tells nothing reliable, so `time` carries on."""
+    try:
+        return cn.time_after(text, time)
+    except cn.CanonicalError:
+        return time
+
+
+# --- CTC ---
+
+_NEG = -math.inf
+
+
+def _logadd(a: float, b: float) -> float:
+    if a < b:
+        a, b = b, a
+    if b == _NEG:
+        return a
+    return a + math.log1p(math.exp(b - a))
+
+
+class _Node:
+    """A prefix in the beam search's trie: its state and its children are made once."""
+
+    __slots__ = ("parent", "token", "state", "length", "children")
+
+    def __init__(self, parent: _Node | None, token: int, state: State, length: int) -> None:
+        self.parent, self.token, self.state, self.length = parent, token, state, length
+        self.children: dict[int, _Node | None] = {}
+
+    def child(self, vocab: Vocab, token: int) -> _Node | None:
+        if token in self.children:
+            return self.children[token]
+        state = self.state.step(vocab, token)
+        node = None if state is None else _Node(self, token, state, self.length + 1)
+        self.children[token] = node
+        return node
+
+    def ids(self) -> list[int]:
+        out, node = [], self
+        while node.parent is not None:
+            out.append(node.token)
+            node = node.parent
+        return out[::-1]
+
+
+@dataclass(frozen=True)
+class CtcSearch:
+    """The constrained CTC search's knobs (defaults: measured in benchmarks/constrained.py)."""
+
+    beam: int = 6  # prefixes kept per frame
+    top_k: int = 8  # a frame's best tokens tried on each prefix
+    min_logp: float = -8.0  # tokens less likely than e^-8 at a frame are not tried
+    # a frame that emits (blank below 1/2) where a prefix may take none of the tried tokens
+    # extends it by the best token the grammar allows among this many (a v1 model's `\\minor`
+    # becomes `\\major` so); the whole vocabulary by default
+    rescue: int | None = None
+
+
+def ctc_decode(
+    logits: np.ndarray,
+    vocab: Vocab,
+    blank: int,
+    times: Sequence[str | None] | Carry | None,
+    limit: int | None = None,
+    search: CtcSearch = CtcSearch(),
+    stats: Counter | None = None,
+) -> list[list[int]]:
+    """Token ids per row whose text validates, from CTC logits (B, T, V).
+
+    Greedy first (best label per frame, repeats merged, blanks dropped): when its text
+    validates it is returned as is (`stats["greedy_valid"]`); otherwise the constrained prefix
+    beam search (`stats["searched"]`). `times`: per row the time in force (or a Carry).
+    """
+    stats = Counter() if stats is None else stats
+    logits = np.asarray(logits, dtype=np.float32)
+    logp = logits - np.logaddexp.reduce(logits, axis=-1, keepdims=True)  # (B, T, V)
+    best = logp.argmax(-1)  # (B, T)
+    rows: list[list[int]] = []
+    time = times.start if isinstance(times, Carry) else None
+    for b in range(len(logp)):
+        if not isinstance(times, Carry):
+            time = None if times is None else times[b]
+        greedy = best[b][(best[b] != blank) & np.r_[True, best[b][1:] != best[b][:-1]]]
+        ids = greedy[:limit].tolist()
+        if cn.is_canonical(vocab.text(ids), time):
+            stats["greedy_valid"] += 1
+        else:
+            stats["searched"] += 1
+            ids = _beam(logp[b], vocab, blank, time, limit, search, stats)
+        rows.append(ids)
+        if isinstance(times, Carry):
+            time = next_time(vocab.text(ids), time)
+    return rows
+
+
+def _beam(
+    logp: np.ndarray,
+    vocab: Vocab,
+    blank: int,
+    time: str | None,
+    limit: int | None,
+    search: CtcSearch,
+    stats: Counter,
+) -> list[int]:
+    """The constrained prefix beam search over one row's (T, V) log-probabilities."""
+    root = _Node(None, -1, State.start(time), 0)
+    beam: dict[_Node, tuple[float, float]] = {root: (0.0, _NEG)}  # node -> (blank, non-blank)
+    k = min(search.rescue or logp.shape[1], logp.shape[1])
+    for frame in logp:
+        top = np.argpartition(-frame, search.top_k)[: search.top_k]
+        top = top[np.argsort(-frame[top])].tolist()  # the frame's best, best first
+        tried = [c for c in top if c != blank and frame[c] >= search.min_logp]
+        emits = frame[blank] < math.log(0.5)  # the model writes a token here
+        order = None
+        nxt: dict[_Node, list[float]] = {}
+        add = functools.partial(_add, nxt)
+
+        for node, (pb, pnb) in beam.items():
+            total = _logadd(pb, pnb)
+            add(node, total + float(frame[blank]), _NEG)
+            extended = False
+            for c in tried:
+                y = float(frame[c])
+                if c == node.token:  # a repeat merges unless a blank came between
+                    add(node, _NEG, pnb + y)
+                    base = pb
+                else:
+                    base = total
+                if limit is not None and node.length >= limit:
+                    continue
+                child = node.child(vocab, c)
+                if child is not None:
+                    add(child, _NEG, base + y)
+                    extended = True
+            if emits and not extended and (limit is None or node.length < limit):
+                if order is None:  # sorted once a frame, and only where needed
+                    order = np.argsort(-frame)[:k].tolist()
+                for c in order[search.top_k :]:  # the best token the grammar allows here
+                    if c != blank and c != node.token and (child := node.child(vocab, c)):
+                        add(child, _NEG, total + float(frame[c]))
+                        break
+        ranked = sorted(nxt.items(), key=lambda kv: -_logadd(*kv[1]))
+        beam = {n: (v[0], v[1]) for n, v in ranked[: search.beam]}
+    return _final(beam, stats)
+
+
+def _add(beam: dict[_Node, list[float]], node: _Node, pb: float, pnb: float) -> None:
+    """Sum (blank, non-blank) log-probabilities into a prefix of the next frame's beam."""
+    e = beam.get(node)
+    if e is None:
+        beam[node] = [pb, pnb]
+    else:
+        e[0], e[1] = _logadd(e[0], pb), _logadd(e[1], pnb)
+
+
+def _final(beam: dict[_Node, tuple[float, float]], stats: Counter) -> list[int]:
+    """The best complete prefix; else the best one cut back to its last complete point."""
+    ranked = sorted(beam, key=lambda n: -_logadd(*beam[n]))
+    for node in ranked:
+        if node.state.complete:
+            return node.ids()
+    node = ranked[0]
+    while node is not None and not node.state.complete:
+        node = node.parent
+    if node is None:
+        stats["empty"] += 1
+        return []
+    stats["cut_back"] += 1
+    return node.ids()
+
+
+# --- attention decoding ---
+
+
+class GreedyConstraint:
+    """Constrained greedy choice for a batch decoded step by step (the ORT loop, HF generate).
+
+    `choose(logits)` takes the step's (B, V) scores and returns the ids picked: per row the
+    best-scoring token whose piece keeps the prefix viable, the end token only when the prefix
+    is complete; a row with no allowed token ends. `finish(rows)` cuts a row that ended
+    incomplete back to its last complete point (or to nothing). Counted in `stats`: complete,
+    cut_back, empty.
+    """
+
+    def __init__(
+        self,
+        vocab: Vocab,
+        times: Sequence[str | None] | None,
+        batch: int,
+        stats: Counter | None = None,
+    ) -> None:
+        self.vocab, self.eos = vocab, vocab.eos
+        self.stats = Counter() if stats is None else stats
+        self.states: list[State | None] = [
+            State.start(None if times is None else times[b]) for b in range(batch)
+        ]
+        self.steps = [0] * batch  # tokens chosen per row
+        self.complete_at = [0] * batch  # the length of the longest complete prefix
+        self.done = [False] * batch
+
+    def choose(self, logits: np.ndarray) -> np.ndarray:
+        picks = np.full(len(self.states), self.eos, dtype=np.int64)
+        for b, state in enumerate(self.states):
+            if self.done[b]:
+                continue
+            row = logits[b]
+            pick = self._best(state, row, int(row.argmax()))
+            if pick is None:
+                pick = next(
+                    (c for c in np.argsort(-row, kind="stable").tolist() if self._ok(state, c)),
+                    self.eos,
+                )
+            picks[b] = pick
+            if pick == self.eos:
+                self.done[b] = True
+                continue
+            self.states[b] = state.step(self.vocab, pick)
+            self.steps[b] += 1
+            if self.states[b].complete:
+                self.complete_at[b] = self.steps[b]
+        return picks
+
+    def _best(self, state: State, row: np.ndarray, top: int) -> int | None:
+        return top if np.isfinite(row[top]) and self._ok(state, top) else None
+
+    def _ok(self, state: State, token: int) -> bool:
+        if token == self.eos:
+            return state.complete
+        return state.step(self.vocab, token) is not None
+
+    def finish(self, rows: list[list[int]]) -> list[list[int]]:
+        """Rows (the chosen ids, end token and padding included or not) cut to their last
+        complete point where they did not end complete."""
+        out = []
+        for b, ids in enumerate(rows):
+            ids = [i for i in ids if i != self.eos][: self.steps[b]]
+            if self.complete_at[b] < len(ids) or not ids:
+                ids = ids[: self.complete_at[b]]
+                self.stats["empty" if not ids else "cut_back"] += 1
+            else:
+                self.stats["complete"] += 1
+            out.append(ids)
+        return out
+
+
+def logits_processor(constraint: GreedyConstraint) -> Any:
+    """A transformers LogitsProcessor applying `constraint` inside `model.generate` (greedy):
+    every score but the chosen token's is set to -inf."""
+    import torch
+    from transformers import LogitsProcessor
+
+    class _Processor(LogitsProcessor):
+        def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+            # generate calls this once a step with the ids so far (the start token first); the
+            # constraint already advanced its states by the token it chose last step
+            picks = constraint.choose(scores.float().cpu().numpy())
+            out = torch.full_like(scores, -math.inf)
+            rows = torch.arange(len(picks), device=scores.device)
+            out[rows, torch.as_tensor(picks, device=scores.device)] = 0.0
+            return out
+
+    return _Processor()
