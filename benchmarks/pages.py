@@ -40,18 +40,14 @@ import argparse
 import logging
 import os
 import random
-import re
 import tempfile
-import time
 from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from music21 import pitch, stream
-from PIL import Image
-from rapidfuzz.distance import Levenshtein
+from music21 import stream
 from rich.table import Table
 
 from benchmarks import console
@@ -59,77 +55,23 @@ from sonfolio import cpu
 from sonfolio.config.data import ScoreSource
 from sonfolio.config.params import Params, load_params
 from sonfolio.io import read_jsonl, write_json
-from sonfolio.score import pages
+from sonfolio.score import page_eval, pages
 from sonfolio.score.convert import systems_from_score
 from sonfolio.score.lilypond import find_lilypond
+from sonfolio.score.page_eval import (
+    Note,
+    notes_of,
+    page_truth,
+    read_page,
+    summarize,
+    system_note_rates,
+)
 from sonfolio.score.pages import Layout, LayoutUnproven, Page
 from sonfolio.score.parse import SourceError, abc_tune_score, abc_tunes, pieces_from_file
 from sonfolio.score.sources import Unit, list_units
 
 RESULTS = Path("benchmarks/results/pages.json")
 WHOLE_PIECE = 100_000  # bars per system: the converter gives the whole part as one text
-
-# Lenient note shapes of the canonical grammar (a prediction may break the grammar anywhere).
-_PITCH = r"([a-g])(isis|eses|is|es)?('{1,5}|,{1,4})?"
-_DUR = r"(1|2|4|8|16|32|64)(\.{0,2})"
-_NOTE = re.compile(rf"{_PITCH}{_DUR}~?")
-_CHORD_OPEN = re.compile(rf"<{_PITCH}")
-_CHORD_MID = re.compile(_PITCH)
-_CHORD_END = re.compile(rf"{_PITCH}>{_DUR}~?")
-_REST = re.compile(rf"r{_DUR}")
-_RATIO = re.compile(r"([1-9][0-9]?)/([1-9][0-9]?)")
-_ALTER = {None: 0, "is": 1, "isis": 2, "es": -1, "eses": -2}
-
-
-@dataclass(frozen=True)
-class Note:
-    pitch: str  # music21 nameWithOctave: "F#4"
-    length: Fraction  # quarter notes (a tuplet's members scaled)
-    onset: Fraction  # whole notes from the start, as LilyPond's moments
-
-
-def _m21_pitch(step: str, alter: str | None, marks: str | None) -> str:
-    octave = 3 + (marks or "").count("'") - (marks or "").count(",")
-    return pitch.Pitch(step.upper(), octave=octave, accidental=_ALTER[alter]).nameWithOctave
-
-
-def _length(base: str, dots: str) -> Fraction:
-    value = Fraction(1, int(base))
-    return value * (2 - Fraction(1, 2 ** len(dots)))  # whole notes
-
-
-def notes_of(text: str) -> tuple[list[Note], Fraction]:
-    """The notes a text spells, in order, and where its music ends (whole notes); tokens
-    that are no note shape are skipped.
-
-    A chord gives each of its pitches (as written, low to high in canonical text); rests move
-    time on but give no note; `\\tuplet N/M { ... }` scales its members by M/N.
-    """
-    notes: list[Note] = []
-    onset, scale = Fraction(0), Fraction(1)
-    chord: list[str] | None = None
-    toks = text.split()
-    for i, tok in enumerate(toks):
-        if tok == "\\tuplet" and i + 1 < len(toks) and (m := _RATIO.fullmatch(toks[i + 1])):
-            scale = Fraction(int(m[2]), int(m[1]))
-        elif tok == "}":
-            scale = Fraction(1)
-        elif chord is None and (m := _NOTE.fullmatch(tok)):
-            length = _length(m[4], m[5]) * scale
-            notes.append(Note(_m21_pitch(m[1], m[2], m[3]), length * 4, onset))
-            onset += length
-        elif m := _REST.fullmatch(tok):
-            onset += _length(m[1], m[2]) * scale
-        elif m := _CHORD_OPEN.fullmatch(tok):
-            chord = [_m21_pitch(m[1], m[2], m[3])]
-        elif chord is not None and (m := _CHORD_MID.fullmatch(tok)):
-            chord.append(_m21_pitch(m[1], m[2], m[3]))
-        elif chord is not None and (m := _CHORD_END.fullmatch(tok)):
-            length = _length(m[4], m[5]) * scale
-            chord.append(_m21_pitch(m[1], m[2], m[3]))
-            notes += [Note(p, length * 4, onset) for p in chord]
-            onset, chord = onset + length, None
-    return notes, onset
 
 
 def music21_notes(part: stream.Part) -> list[tuple[str, Fraction]]:
@@ -141,16 +83,6 @@ def music21_notes(part: stream.Part) -> list[tuple[str, Fraction]]:
         ql = Fraction(n.quarterLength).limit_denominator(1000)
         out += [(p.nameWithOctave, ql) for p in sorted(n.pitches, key=lambda p: p.ps)]
     return out
-
-
-def edit_rate(truth: list, hyp: list) -> tuple[int, int]:
-    """(edit distance, truth length) of two sequences of hashable items."""
-    return Levenshtein.distance(truth, hyp), len(truth)
-
-
-def baseline_distance(truth: list) -> int:
-    """Errors of a guess that repeats the most common item as often as the truth has items."""
-    return len(truth) - (Counter(truth).most_common(1)[0][1] if truth else 0)
 
 
 @dataclass(frozen=True)
@@ -208,65 +140,12 @@ def engrave(text: str, title: str, workdir: Path, exe: Path, dpi: int, paper: st
     return pages.engrave(text, length, Layout(paper, title=title), workdir, exe, dpi, 300)
 
 
-def page_truth(notes: list[Note], page: Page) -> list[Note]:
-    start, end = page.systems[0][0], page.systems[-1][1]
-    return [n for n in notes if start <= n.onset < end]
-
-
 def page_row(piece: Piece, number: int, page: Page, truth: list[Note], reading: Any) -> dict:
-    """One page's figures: systems true, found and valid, and the note edit distances."""
-    hyp = [n for s in reading.systems for n in notes_of(s.text)[0]]
-    pairs, pitches = [(n.pitch, n.length) for n in truth], [n.pitch for n in truth]
-    dist, _ = edit_rate(pairs, [(n.pitch, n.length) for n in hyp])
-    dist_pitch, _ = edit_rate(pitches, [n.pitch for n in hyp])
-    return {
-        "piece": piece.unit.piece,
-        "collection": piece.unit.collection,
-        "title": piece.title,
-        "page": number,
-        "true_systems": len(page.systems),
-        "found_systems": len(reading.systems),
-        "valid_systems": sum(s.problem is None for s in reading.systems),
-        "truth_notes": len(truth),
-        "predicted_notes": len(hyp),
-        "distance": dist,
-        "distance_pitch": dist_pitch,
-        "baseline_distance": baseline_distance(pairs),
-        "baseline_distance_pitch": baseline_distance(pitches),
-    }
-
-
-def summarize(rows: list[dict]) -> dict[str, Any]:
-    """The figures over all pages (note rates summed over pages, not averaged)."""
-    found = sum(r["found_systems"] for r in rows)
-    true = sum(r["true_systems"] for r in rows)
-    truth = sum(r["truth_notes"] for r in rows)
-    ratios = [r["found_systems"] / r["true_systems"] for r in rows]
-
-    def rate(key: str) -> float | None:
-        return round(sum(r[key] for r in rows) / truth, 4) if truth else None
-
-    return {
-        "pages": len(rows),
-        "true_systems": true,
-        "found_systems": found,
-        "valid_rate": round(sum(r["valid_systems"] for r in rows) / found, 4) if found else None,
-        "systems_found_ratio": {
-            "overall": round(found / true, 4) if true else None,
-            "pages_within_0.95_1.05": round(sum(0.95 <= x <= 1.05 for x in ratios) / len(rows), 4)
-            if rows
-            else None,
-            "per_page": [round(x, 3) for x in ratios],
-        },
-        "truth_notes": truth,
-        "predicted_notes": sum(r["predicted_notes"] for r in rows),
-        "note_error_rate": rate("distance"),
-        "note_error_rate_pitch": rate("distance_pitch"),
-        "baseline_most_common_note": {
-            "note_error_rate": rate("baseline_distance"),
-            "note_error_rate_pitch": rate("baseline_distance_pitch"),
-        },
-    }
+    """One page's figures (sonfolio.score.page_eval.page_row) for a benchmark piece."""
+    unit = piece.unit
+    return page_eval.page_row(
+        unit.piece, unit.collection, piece.title, number, page, truth, reading
+    )
 
 
 def test_split_figures(metrics: Path, predictions: Path, variant: str) -> dict[str, Any]:
@@ -280,34 +159,10 @@ def test_split_figures(metrics: Path, predictions: Path, variant: str) -> dict[s
         ter = splits.get("test", {}).get("ser")
     out: dict[str, Any] = {"system_ter_test": ter, "note_error_rate_test_systems": None}
     if predictions.is_file():
-        dist = dist_pitch = total = 0
-        for row in read_jsonl(predictions):
-            ref, hyp = notes_of(row["ref"])[0], notes_of(row["hyp"])[0]
-            dist += edit_rate(
-                [(n.pitch, n.length) for n in ref], [(n.pitch, n.length) for n in hyp]
-            )[0]
-            dist_pitch += edit_rate([n.pitch for n in ref], [n.pitch for n in hyp])[0]
-            total += len(ref)
-        out["note_error_rate_test_systems"] = {
-            "note_error_rate": round(dist / total, 4),
-            "note_error_rate_pitch": round(dist_pitch / total, 4),
-            "truth_notes": total,
-            "predictions": str(predictions),
-        }
+        rows = read_jsonl(predictions)
+        rates = system_note_rates([r["ref"] for r in rows], [r["hyp"] for r in rows])
+        out["note_error_rate_test_systems"] = {**rates, "predictions": str(predictions)}
     return out
-
-
-def read_page(variant: Any, png: Path, params: Params) -> tuple[Any, float]:
-    """The page read as `sonfolio read --page` reads it: decoded, grey, cut, decoded by the
-    model; and the seconds it took."""
-    from sonfolio.infer.inputs import to_gray
-    from sonfolio.infer.run import read_image
-
-    start = time.perf_counter()
-    with Image.open(png) as img:
-        gray = to_gray(img, png.name)
-    reading = read_image(variant, gray, True, params.infer)
-    return reading, time.perf_counter() - start
 
 
 def run(args: argparse.Namespace, params: Params, variant: Any, work: Path) -> dict[str, Any]:
@@ -330,7 +185,7 @@ def run(args: argparse.Namespace, params: Params, variant: Any, work: Path) -> d
             continue
         notes, _ = notes_of(piece.text)
         for number, page in enumerate(pages, 1):
-            reading, seconds = read_page(variant, page.png, params)
+            reading, seconds = read_page(variant, page.png, params.infer)
             read_s += seconds
             rows.append(page_row(piece, number, page, page_truth(notes, page), reading))
             rows[-1]["read_s"] = round(seconds, 3)

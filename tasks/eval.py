@@ -23,6 +23,7 @@ import logging
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -62,6 +63,9 @@ class EvalTrack(Protocol):
     def eval_inputs(self, variant: variants.Variant, rows: list[dict], data: Path) -> Any: ...
 
     def eval_scorer(self, cfg: Any, data: Path, tool: Any, work: Path) -> Scorer: ...
+
+    # the track's own figures beside the variants' (score: whole pages), or None
+    def eval_extra(self, params: Any, paths: Any) -> Callable[[Path], dict[str, Any]] | None: ...
 
 
 def decode(
@@ -103,6 +107,7 @@ def run(
     metrics_path: Path,
     tool: Any = None,
     baselines: list[Path] | None = None,
+    extra: Callable[[Path], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Evaluate each variant folder (the first is the reference) on cfg.splits.
 
@@ -111,6 +116,8 @@ def run(
             the LilyPond binary; speech, None).
         baselines: models scored after the variants as what training started from (speech:
             the untouched base); named in the metrics' `baselines`.
+        extra: the track's own figures (its definition's eval_extra; score: whole pages read
+            end to end), called with a scratch folder; merged into the metrics.
 
     Raises:
         VariantError: a variant folder cannot be loaded or is a model of another track.
@@ -148,6 +155,9 @@ def run(
         start,
     )
     result["baselines"] = [b.name for b in baselines or []]
+    if extra is not None:
+        with tempfile.TemporaryDirectory() as work:
+            result.update(_round(extra(Path(work))))
     write_json(metrics_path, result)
     return result
 
@@ -171,6 +181,7 @@ def main() -> None:
             params.paths.metrics / f"{track}_{STEP}.json",
             definition.eval_tool(params),
             baselines,
+            definition.eval_extra(params, paths),
         )
 
 

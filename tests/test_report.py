@@ -107,14 +107,21 @@ def score_eval(root: Path) -> dict:
     def split(ser: float) -> dict:
         return {"ser": ser, "cer": 0.5, "exact_match": 0.0, "compile_rate": 1.0,
                 "clean_compile_rate": 0.99, "delta_ser": ser - 0.9076, "systems": 3,
-                "errors_by_kind": {"pitch": 3}}  # fmt: skip
+                "note_error_rate": 0.4321, "errors_by_kind": {"pitch": 3}}  # fmt: skip
 
+    pages = {"variant": "int8_ptq", "split": "heldout", "pages": 14, "parts": 12,
+             "true_systems": 40, "found_systems": 41, "valid_rate": 1.0,
+             "systems_found_ratio": {"overall": 1.025, "pages_within_0.95_1.05": 0.9286},
+             "note_error_rate": 0.5678, "note_error_rate_pitch": 0.4,
+             "baseline_most_common_note": {"note_error_rate": 0.87},
+             "pages_per_second": 2.5}  # fmt: skip
     return {
         "reference": "score_fp32",
         "variants": {
             "score_fp32": {"kind": "torch", "splits": {"test": split(0.9076)}},
             "int8_ptq": {"kind": "onnx", "splits": {"test": split(0.9090)}},
         },
+        "pages": pages,
     }
 
 
@@ -228,6 +235,16 @@ def test_the_untouched_base_stands_beside_the_trained_model(run_dir, params):
     for cell in ("base_zero_shot (before training)", "speech_fp32 (trained)", "1.5", "1.024"):
         assert cell in table, cell
     assert "-0.4758" in table and "-0.1112" in table  # trained minus before: WER, CER
+
+
+def test_whole_pages_stand_beside_the_systems_read_alone(run_dir, params):
+    out = run_dir / "reports"
+    run(params.report, sources(run_dir), out)
+    html = (out / "index.html").read_text(encoding="utf-8")
+    table = html[html.index("Whole pages read as") :]
+    table = table[: table.index("</table>")]
+    for cell in ("14 (12)", "41 / 40", "0.9286", "0.5678", "0.4321", "0.87"):
+        assert cell in table, cell
 
 
 def test_latency_csv_has_one_row_per_measured_variant(run_dir, params):

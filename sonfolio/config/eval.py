@@ -8,7 +8,17 @@ from pydantic import Field
 
 from sonfolio.config.base import Positive, Strict
 from sonfolio.config.data import ScoreData
+from sonfolio.config.infer import Infer
 from sonfolio.config.sections import Sections
+
+
+class ScoreEvalPages(Strict):
+    """score_eval.pages: whole pages of held-out parts, read as `read --page` reads them."""
+
+    parts: Annotated[int, Field(ge=0)]  # parts the data stage cut from pages (0: none)
+    split: Literal["test", "heldout"]  # whose parts
+    variant: Annotated[str, Field(min_length=1)]  # the variant folder that reads them
+    dpi: Annotated[int, Field(ge=50, le=600)]  # page resolution
 
 
 class ScoreEval(Strict):
@@ -25,6 +35,7 @@ class ScoreEval(Strict):
     compile_batch: Positive  # systems per LilyPond process
     compile_timeout_s: Annotated[float, Field(gt=0.0)]  # per LilyPond process
     render_dpi: Annotated[int, Field(ge=50, le=600)]  # resolution of the side-by-side renders
+    pages: ScoreEvalPages
     seed: int
 
 
@@ -43,8 +54,10 @@ class SpeechEval(Strict):
 
 class EvalParams(Sections):
     """What stage eval reads: `<track>_eval`, and for the score track score_data.lilypond (the
-    LilyPond that renders its predictions, the one the data stage renders with)."""
+    LilyPond that renders its predictions, the one the data stage renders with) and `infer`
+    (how `read --page` cuts and decodes the whole pages it reads)."""
 
     score_data: ScoreData
+    infer: Infer
     score_eval: ScoreEval
     speech_eval: SpeechEval

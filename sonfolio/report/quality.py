@@ -64,6 +64,42 @@ def before_after_table(track: ReportTrack, ev: dict[str, Any]) -> Table | None:
     )
 
 
+def pages_table(ev: dict[str, Any]) -> Table | None:
+    """Whole pages read end to end (the score eval's `pages`), beside the same variant's note
+    error on systems read alone; None when the eval read no pages."""
+    pages = ev.get("pages")
+    if not pages or not pages.get("pages"):
+        return None
+    variant, split = pages.get("variant", "—"), pages.get("split", "—")
+    splits = ev["variants"].get(variant, {}).get("splits", {})
+
+    def alone(split: str) -> str:
+        return fmt(splits.get(split, {}).get("note_error_rate"))
+
+    found = pages.get("systems_found_ratio", {})
+    base = pages.get("baseline_most_common_note", {})
+    rows = [
+        ["pages read (parts)", f"{pages['pages']} ({pages.get('parts', '—')})"],
+        ["systems found / true", f"{pages['found_systems']} / {pages['true_systems']}"],
+        ["pages with found / true within 0.95-1.05", fmt(found.get("pages_within_0.95_1.05"))],
+        ["systems that are valid canonical LilyPond", fmt(pages.get("valid_rate"))],
+        ["note error rate (pitch and duration)", fmt(pages.get("note_error_rate"))],
+        ["note error rate (pitch only)", fmt(pages.get("note_error_rate_pitch"))],
+        ["the same, systems read alone (test split)", alone("test")],
+        ["the same, systems read alone (held-out split)", alone("heldout")],
+        ["repeating the page's most common note", fmt(base.get("note_error_rate"))],
+        ["pages per second", fmt(pages.get("pages_per_second"))],
+    ]  # fmt: skip
+    return Table(
+        f"Whole pages read as `sonfolio read --page` reads them ({variant}, {split} parts)",
+        ["measure", "value"],
+        rows,
+        "Parts the data stage cut from pages, engraved again whole in LilyPond's default layout "
+        "(A4, 20 pt, a title), cut and read end to end, compared note by note with the notes on "
+        "each page (docs/evaluation.md). Lower note error is better.",
+    )
+
+
 def quality_plot(track: ReportTrack, ev: dict[str, Any], dest: Path, dpi: int) -> None:
     key = track.report_quality[0]
     variants = list(ev["variants"])
@@ -98,6 +134,8 @@ def eval_section(track: ReportTrack, src: Sources, out: Path, cfg: Report) -> Se
         return section
     section.items.append(quality_table(track, ev))
     if (table := before_after_table(track, ev)) is not None:
+        section.items.append(table)
+    if (table := pages_table(ev)) is not None:
         section.items.append(table)
     name = f"assets/{track.name}_quality.png"
     quality_plot(track, ev, out / name, cfg.dpi)

@@ -186,6 +186,31 @@ class ScoreTrack:
 
         return find_lilypond(params.score_data.lilypond)
 
+    def eval_extra(self, params, paths):
+        """Whole pages read end to end (score_eval.pages): parts the data stage cut from pages,
+        engraved again whole in LilyPond's default layout and read as `read --page` reads
+        them, by score_eval.pages.variant; None when pages.parts is 0 or the variant is
+        absent (the figures would not be the read command's)."""
+        cfg = params.score_eval.pages
+        folder = paths.export / cfg.variant
+        if not cfg.parts or not folder.is_dir():
+            return None
+
+        def pages(work):
+            from sonfolio import variants
+            from sonfolio.io import read_jsonl
+            from sonfolio.score.lilypond import find_lilypond
+            from sonfolio.score.page_eval import evaluate_pages, heldout_parts
+
+            rows = read_jsonl(paths.data / "manifest.jsonl")
+            parts = heldout_parts(rows, cfg.split, cfg.parts, params.score_eval.seed)
+            variant = variants.load(folder, threads=params.score_eval.threads)
+            exe = find_lilypond(params.score_data.lilypond)
+            figures = evaluate_pages(variant, parts, params.infer, exe, cfg.dpi, work)
+            return {"pages": {"variant": cfg.variant, "split": cfg.split, **figures}}
+
+        return pages
+
     def eval_inputs(self, variant, rows, data):
         """(B, 1, H, W) pixels of `rows`' images under `data`, ink = 1, for `variant`."""
         from sonfolio.score.evaluate import inputs
@@ -207,6 +232,7 @@ class ScoreTrack:
     report_quality = (
         "ser",
         "cer",
+        "note_error_rate",
         "exact_match",
         "compile_rate",
         "clean_compile_rate",

@@ -20,6 +20,7 @@ from sonfolio.evaluation import Decoded
 from sonfolio.io import write_jsonl
 from sonfolio.score import compile_check, metrics
 from sonfolio.score.batches import load_image, to_pixel_values
+from sonfolio.score.page_eval import system_note_rates
 from sonfolio.score.panels import side_by_side
 
 if TYPE_CHECKING:
@@ -143,8 +144,11 @@ class Scorer:
         write_jsonl(
             folder / "predictions.jsonl", _prediction_rows(rows, hyps, scores, results, picks)
         )
+        notes = system_note_rates(refs, hyps)  # the measure whole pages are read with
         return {
             **quality,
+            "note_error_rate": notes["note_error_rate"],
+            "note_error_rate_pitch": notes["note_error_rate_pitch"],
             **compile_check.summarize(results),
             "decode_s": round(decoded.decode_s, 2),
             "systems_per_s": round(len(rows) / decoded.decode_s, 2),

@@ -224,6 +224,10 @@ class SpeechTrack:
         """None: WER and CER are computed in-process, with no outside tool."""
         return None
 
+    def eval_extra(self, params, paths):
+        """None: no figures beyond the variants' own."""
+        return None
+
     def eval_inputs(self, variant, rows, data):
         """(B, mel bins, frames) log-mel features of `rows`' clips under `data`, for `variant`."""
         from sonfolio.speech.evaluate import inputs

@@ -10,21 +10,20 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from benchmarks.pages import (
-    Note,
-    baseline_distance,
-    edit_rate,
-    engrave,
-    music21_notes,
-    notes_of,
-    page_truth,
-    summarize,
-)
+from benchmarks.pages import engrave, music21_notes
 from sonfolio.config.params import load_params
 from sonfolio.infer.page import find_staves
 from sonfolio.score.canonical import validate
 from sonfolio.score.convert import systems_from_score
 from sonfolio.score.lilypond import find_lilypond
+from sonfolio.score.page_eval import (
+    Note,
+    baseline_distance,
+    edit_rate,
+    notes_of,
+    page_truth,
+    summarize,
+)
 from sonfolio.score.pages import Layout, document
 from sonfolio.score.parse import abc_tune_score
 

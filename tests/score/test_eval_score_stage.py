@@ -90,6 +90,34 @@ def test_metrics_per_variant_and_split(evaluated):
 
 
 @pytest.mark.slow
+def test_whole_pages_are_engraved_read_and_measured(evaluated, params: Params, lilypond: Path):
+    """eval@score's pages: a part the data stage cut from pages, joined, engraved whole, cut
+    and read as `read --page` reads it; figures named as the report and benchmark use them."""
+    from sonfolio import variants
+    from sonfolio.score.page_data import lines, take_apart, untied
+    from sonfolio.score.page_eval import evaluate_pages, heldout_parts, notes_of
+
+    _, _, root = evaluated
+    piece = H + " | ".join(["c'4 d'4 e'4 f'4", "g'2 g'2", "a'4 g'4 f'4 e'4", "d'1"] * 6)
+    counts = [4] * 6
+    text, _ = untied(take_apart(piece), counts)
+    rows = [
+        {"image": f"images/heldout/pages/abc-{k:03d}.png", "text": x.text, "time": x.time,
+         "piece": "p", "collection": "c", "split": "heldout", "layout": "page"}
+        for k, x in enumerate(lines(text, counts))
+    ]  # fmt: skip
+    parts = heldout_parts(list(reversed(rows)), "heldout", 5, 0)
+    assert [r["image"] for r in parts[0]] == [r["image"] for r in rows]  # page order
+    variant = variants.load(root / "onnx" / "fp32", threads=1)
+    got = evaluate_pages(variant, parts, params.infer, lilypond, 100, root / "pages")
+    assert got["pages"] >= 1 and got["parts"] == 1 and got["true_systems"] >= 2
+    assert got["truth_notes"] == len(notes_of(text)[0])
+    assert got["systems_found_ratio"]["overall"] == 1.0  # the cutter finds every line
+    assert 0.0 <= got["valid_rate"] <= 1.0 and got["note_error_rate"] >= 0.0
+    assert set(got["baseline_most_common_note"]) == {"note_error_rate", "note_error_rate_pitch"}
+
+
+@pytest.mark.slow
 def test_side_by_side_images_and_predictions(evaluated):
     _, out, _ = evaluated
     for variant in ("score_fp32", "fp32"):

@@ -25,6 +25,7 @@ from sonfolio.score.page_data import (
     take_apart,
     untied,
 )
+from sonfolio.score.page_eval import join_lines
 from sonfolio.score.pages import Layout, LayoutUnproven, engrave
 from sonfolio.score.parse import pieces_from_file
 from sonfolio.score.render import finish
@@ -53,6 +54,13 @@ def test_ties_across_line_breaks_are_removed_and_the_lines_validate() -> None:
     validate(text)
     for line in lines(text, [2, 1, 2, 1]):
         validate(line.text, line.time)
+
+
+def test_a_part_joined_back_from_its_lines_is_the_text_engraved() -> None:
+    text, _ = untied(take_apart(PIECE), [2, 1, 2, 1])
+    for counts in ([2, 1, 2, 1], [1, 1, 1, 1, 1, 1], [3, 3], [6]):
+        cut = lines(text, counts)
+        assert join_lines([(x.text, x.time) for x in cut]) == text
 
 
 def test_line_counts_need_lines_that_fall_on_bar_lines() -> None:
