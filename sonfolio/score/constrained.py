@@ -630,8 +630,11 @@ class _Node:
 class CtcSearch:
     """The constrained CTC search's knobs (defaults: measured in benchmarks/constrained.py)."""
 
-    beam: int = 6  # prefixes kept per frame
-    top_k: int = 8  # a frame's best tokens tried on each prefix
+    # measured on 200 test systems of the format-2 default model (SER; greedy: 0.393, invalid
+    # 94 %): beam 6 / top 8: 0.473, 41 ms a system; 12 / 12: 0.440, 92 ms; 16 / 16: 0.429,
+    # 128 ms; 32 / 16: 0.412, 258 ms. 16 / 16 keeps the main command within its hour.
+    beam: int = 16  # prefixes kept per frame
+    top_k: int = 16  # a frame's best tokens tried on each prefix
     min_logp: float = -8.0  # tokens less likely than e^-8 at a frame are not tried
     # a frame that emits (blank below 1/2) where a prefix may take none of the tried tokens
     # extends it by the best token the grammar allows among this many (a v1 model's `\\minor`
@@ -724,7 +727,36 @@ def _beam(
                         break
         ranked = sorted(nxt.items(), key=lambda kv: -_logadd(*kv[1]))
         beam = {n: (v[0], v[1]) for n, v in ranked[: search.beam]}
-    return _final(beam, stats)
+    ids = _final(beam, stats)
+    if not ids:  # nothing complete in the beam: follow the frames one by one instead
+        ids = _frame_greedy(logp, vocab, blank, root, limit, search)
+        stats["frame_greedy" if ids else "empty"] += 1
+    return ids
+
+
+def _frame_greedy(
+    logp: np.ndarray, vocab: Vocab, blank: int, root: _Node, limit: int | None, search: CtcSearch
+) -> list[int]:
+    """The last resort when the beam holds nothing complete (its prefixes all stuck on tokens
+    the grammar refuses): every frame that emits a new token gives the best token the grammar
+    allows there, so the prefix never stalls; cut back to its last complete point."""
+    node, prev = root, blank
+    k = min(search.rescue or logp.shape[1], logp.shape[1])
+    for frame in logp:
+        best = int(frame.argmax())
+        if best in (blank, prev):
+            prev = best
+            continue
+        prev = best
+        if limit is not None and node.length >= limit:
+            break
+        for c in np.argsort(-frame)[:k].tolist():
+            if c != blank and (child := node.child(vocab, c)) is not None:
+                node = child
+                break
+    while node is not None and not node.state.complete:
+        node = node.parent
+    return [] if node is None else node.ids()
 
 
 def _add(beam: dict[_Node, list[float]], node: _Node, pb: float, pnb: float) -> None:
@@ -746,8 +778,7 @@ def _final(beam: dict[_Node, tuple[float, float]], stats: Counter) -> list[int]:
     while node is not None and not node.state.complete:
         node = node.parent
     if node is None:
-        stats["empty"] += 1
-        return []
+        return []  # the caller tries the frames one by one, and counts
     stats["cut_back"] += 1
     return node.ids()
 
