@@ -115,16 +115,14 @@ def take_apart(text: str) -> _Bars:
             bars[-1].append(tok)
     clefs, keys, times, printed = [], [], [], []
     for b, bar in enumerate(bars):
-        k, opened = 0, b == 0
-        while b and k < len(bar) and bar[k] in _ARITY:
-            cmd, args = bar[k], bar[k + 1 : k + 1 + _ARITY[bar[k]]]
-            if cmd == "\\clef":
-                clef = args[0]
-            elif cmd == "\\key":
-                key = args[0]
-            else:
-                time, opened = args[0], True
-            k += 1 + _ARITY[cmd]
+        k, opened = (_leading(bar) if b else 0), b == 0
+        for i, tok in enumerate(bar[:k]):  # the changes that open the bar
+            if tok == "\\clef":
+                clef = bar[i + 1]
+            elif tok == "\\key":
+                key = bar[i + 1]
+            elif tok == "\\time":
+                time, opened = bar[i + 1], True
         clefs.append(clef)
         keys.append(key)
         times.append(time)
@@ -189,6 +187,38 @@ def lines(text: str, counts: list[int]) -> list[Line]:
         out.append(Line(" ".join([*head, body]), time, number))
         start += n
     return out
+
+
+def join_lines(lines: list[tuple[str, str | None]]) -> str:
+    """The inverse of `lines`: one part's lines (text, time in force; in page order) joined back
+    into the part's one text. A continuation line's header becomes the changes it makes (a
+    clef, key or time other than what the line above leaves in force)."""
+    whole = lines[0][0]
+    end = _end_state(whole.split(" "), ("", "", lines[0][1]))
+    for text, _ in lines[1:]:
+        toks = text.split(" ")
+        clef, key, n = toks[1], toks[3], 5
+        changes = [f"\\clef {clef}"] if clef != end[0] else []
+        changes += [f"\\key {key} \\major"] if key != end[1] else []
+        if n < len(toks) and toks[n] == "\\time":
+            changes += [f"\\time {toks[n + 1]}"] if toks[n + 1] != end[2] else []
+            n += 2
+        whole = " ".join([whole, "|", *changes, *toks[n:]])
+        end = _end_state(toks, end)  # each line is scanned once
+    return whole
+
+
+def _end_state(toks: list[str], start: tuple[str, str, str | None]) -> tuple[str, str, str | None]:
+    """(clef, key tonic, time) in force after the tokens of a valid text, from `start`."""
+    clef, key, time = start
+    for i, tok in enumerate(toks[:-1]):
+        if tok == "\\clef":
+            clef = toks[i + 1]
+        elif tok == "\\key":
+            key = toks[i + 1]
+        elif tok == "\\time":
+            time = toks[i + 1]
+    return clef, key, time
 
 
 def line_counts(spans: list[tuple[Fraction, Fraction]], lengths: list[Fraction]) -> list[int]:

@@ -26,11 +26,10 @@ from PIL import Image
 from rapidfuzz.distance import Levenshtein
 
 from sonfolio.score.canonical import CanonicalError, bar_lengths, validate
+from sonfolio.score.page_data import join_lines
 from sonfolio.score.pages import Layout, LayoutUnproven, Page, engrave
 
 log = logging.getLogger(__name__)
-
-_ARITY = {"\\clef": 1, "\\key": 2, "\\time": 1}
 
 # Lenient note shapes of the canonical grammar (a prediction may break the grammar anywhere).
 _PITCH = r"([a-g])(isis|eses|is|es)?('{1,5}|,{1,4})?"
@@ -201,46 +200,6 @@ def read_page(variant: Any, png: Path, cfg: Any) -> tuple[Any, float]:
         gray = to_gray(img, png.name)
     reading = read_image(variant, gray, True, cfg)
     return reading, time.perf_counter() - start
-
-
-def join_lines(lines: list[tuple[str, str | None]]) -> str:
-    """The lines of one part (text, time in force; in page order, as page_data.lines cut them)
-    joined back into the part's one text: a continuation line's header becomes the changes it
-    makes (a clef, key or time that differs from what the line above leaves in force)."""
-    whole = lines[0][0]
-    time = lines[0][1]
-    for text, _ in lines[1:]:
-        toks = text.split(" ")
-        clef, key = toks[1], toks[3]
-        n = 5
-        changes = []
-        end = _state_at_end(whole, time)
-        if clef != end[0]:
-            changes.append(f"\\clef {clef}")
-        if key != end[1]:
-            changes.append(f"\\key {key} \\major")
-        if n < len(toks) and toks[n] == "\\time":
-            if toks[n + 1] != end[2]:
-                changes.append(f"\\time {toks[n + 1]}")
-            n += 2
-        whole = " ".join([whole, "|", *changes, *toks[n:]])
-    return whole
-
-
-def _state_at_end(text: str, time: str | None) -> tuple[str, str, str | None]:
-    """(clef, key tonic, time) in force at the end of a valid text."""
-    toks = text.split(" ")
-    clef, key, now = toks[1], toks[3], time
-    for i, tok in enumerate(toks):
-        if i < 1:
-            continue
-        if tok == "\\clef":
-            clef = toks[i + 1]
-        elif tok == "\\key":
-            key = toks[i + 1]
-        elif tok == "\\time":
-            now = toks[i + 1]
-    return clef, key, now
 
 
 def heldout_parts(rows: list[dict], split: str, limit: int, seed: int) -> list[list[dict]]:

@@ -19,13 +19,13 @@ from sonfolio.score.dataset import WHOLE_PART, render_settings
 from sonfolio.score.lilypond import Setting, find_lilypond
 from sonfolio.score.page_data import (
     PageJob,
+    join_lines,
     line_counts,
     lines,
     page_systems,
     take_apart,
     untied,
 )
-from sonfolio.score.page_eval import join_lines
 from sonfolio.score.pages import Layout, LayoutUnproven, engrave
 from sonfolio.score.parse import pieces_from_file
 from sonfolio.score.render import finish
