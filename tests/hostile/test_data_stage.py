@@ -146,8 +146,10 @@ def test_a_speech_corpus_with_no_val_clip_fails_naming_the_keys(params):
 
 
 STAGE = """
-import os, sys, time
+import faulthandler, os, signal, sys, time
 from pathlib import Path
+
+faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test asks where a stuck stage is
 
 import sonfolio.score.dataset as dataset
 from sonfolio import tracks
@@ -181,17 +183,19 @@ def test_a_stopped_stage_leaves_no_worker_and_no_staged_folder(tmp_path, how):
         (tmp_path / "mine" / f"p{i}.krn").write_text("**kern\n")
     script = tmp_path / "stage.py"
     script.write_text(textwrap.dedent(STAGE))
-    stage = subprocess.Popen(
-        [sys.executable, str(script), str(ROOT), str(tmp_path)],
-        cwd=tmp_path,
-        start_new_session=True,  # its own process group, as a terminal's Ctrl-C reaches
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    log = tmp_path / "stage.log"
+    with log.open("wb") as err:  # a file, not a pipe: a full pipe would block the stage
+        stage = subprocess.Popen(
+            [sys.executable, str(script), str(ROOT), str(tmp_path)],
+            cwd=tmp_path,
+            start_new_session=True,  # its own process group, as a terminal's Ctrl-C reaches
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
     try:
         deadline = time.monotonic() + 40
         while len(list(tmp_path.glob("pid-*"))) < 2:
-            assert time.monotonic() < deadline and stage.poll() is None, stage.stderr.read()
+            assert time.monotonic() < deadline and stage.poll() is None, log.read_text()
             time.sleep(0.1)
         assert list(tmp_path.glob(".out.tmp-*")), "the stage should be mid-way"
         if how == "SIGTERM":
@@ -200,7 +204,13 @@ def test_a_stopped_stage_leaves_no_worker_and_no_staged_folder(tmp_path, how):
             stage.kill()
         else:
             os.killpg(stage.pid, signal.SIGINT)
-        assert stage.wait(20) != 0
+        try:
+            assert stage.wait(20) != 0
+        except subprocess.TimeoutExpired:
+            stage.send_signal(signal.SIGUSR1)  # its threads' stacks, then the failure says where
+            time.sleep(1)
+            stage.kill()
+            pytest.fail(f"the stage did not stop within 20 s of {how}:\n{log.read_text()}")
     finally:
         if stage.poll() is None:
             stage.kill()
