@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
 # Version of the canonical text format: 2 dropped the key's mode and made the header's time
-# signature say only what is printed (docs/canonical-lilypond.md, "Versions").
-FORMAT_VERSION = 2
+# signature say only what is printed; 3 added markings: articulations, dynamics, slurs, grace
+# notes and bar lines (docs/canonical-lilypond.md, "Versions").
+FORMAT_VERSION = 3
 
 # Clef tokens exactly as they appear after `\clef` (octave clefs need LilyPond's quotes).
 CLEFS: tuple[str, ...] = (
@@ -71,8 +73,35 @@ DURATIONS: tuple[str, ...] = tuple(
     f"{b}{'.' * d}" for b in DURATION_BASES for d in range(MAX_DOTS + 1)
 )
 
+# Markings that follow an event, each its own token, in this order (format 3). A rest takes
+# only `\\fermata`; dynamics and slurs mark notes and chords.
+ARTICULATIONS = ("-.", "--", "->", "-^", "\\fermata", "\\trill")
+DYNAMICS = (
+    "\\ppp", "\\pp", "\\p", "\\mp", "\\mf", "\\f", "\\ff", "\\fff",
+    "\\fp", "\\sf", "\\sfp", "\\sfz", "\\fz", "\\rfz",
+)  # fmt: skip
+SLUR_END, SLUR_START = ")", "("
+# Rank of each marking in the order after an event: articulations, a dynamic, `)`, `(`.
+_MARK_RANK: dict[str, int] = {
+    **{a: i for i, a in enumerate(ARTICULATIONS)},
+    **{d: len(ARTICULATIONS) for d in DYNAMICS},
+    SLUR_END: len(ARTICULATIONS) + 1,
+    SLUR_START: len(ARTICULATIONS) + 2,
+}
+MARKINGS: tuple[str, ...] = tuple(_MARK_RANK)
+# Grace groups: `\\grace { c'16 d'16 }`, `\\acciaccatura { d''8 }` (slashed), before a note.
+GRACES = ("\\grace", "\\acciaccatura")
+MAX_GRACE_EVENTS = 4
+# Bar line types `\\bar "T"` (with their quotes): start repeat, end repeat, both, double, final.
+BAR_TYPES = ('".|:"', '":|."', '":..:"', '"||"', '"|."')
+BAR_START_TYPES = ('".|:"',)  # a line may open with these (right after its header)
+BAR_END_TYPES = ('":|."', '"||"', '"|."')  # a line may end with these
+
 # The only backslash commands a canonical text may hold.
-COMMANDS = ("\\clef", "\\key", "\\major", "\\time", "\\partial", "\\tuplet")
+COMMANDS = (
+    "\\clef", "\\key", "\\major", "\\time", "\\partial", "\\tuplet", "\\bar", *GRACES,
+    *(m for m in MARKINGS if m.startswith("\\")),
+)  # fmt: skip
 
 MAX_UP_OCTAVES = 5  # c''''' is far above any staff's ledger lines
 MAX_DOWN_OCTAVES = 4  # c,,,, likewise below
@@ -90,11 +119,11 @@ _FRACTION = re.compile(r"([1-9][0-9]?)/([1-9][0-9]?)")
 _PARTIAL = re.compile(r"(1|2|4|8|16|32|64)(\.{0,2})(?:\*([1-9][0-9]*)(?:/([1-9][0-9]*))?)?")
 # Characters a canonical text can contain at all; anything else (#, $, %, (, \n ...) is hostile
 # or foreign: `take` rejects a token holding one before looking at it any further.
-_ALLOWED_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789',.~<>|{}/\\\"_^* ")
+_ALLOWED_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789',.~<>|{}/\\\"_^* ():-")
 
 _CHANGE_ORDER = ("\\clef", "\\key", "\\time")
 # Commands joined with their arguments into one symbol by `symbols` (number of arguments).
-_SYMBOL_ARITY = {"\\clef": 1, "\\key": 2, "\\time": 1, "\\partial": 1, "\\tuplet": 1}
+_SYMBOL_ARITY = {"\\clef": 1, "\\key": 2, "\\time": 1, "\\partial": 1, "\\tuplet": 1, "\\bar": 1}
 
 
 class CanonicalError(ValueError):
@@ -196,7 +225,8 @@ def symbols(text: str) -> list[str]:
 
     Each space-separated token is a symbol, except that a command and its arguments form one
     symbol: `\\clef treble`, `\\key d \\major`, `\\time 3/4`, `\\partial 4`, `\\tuplet 3/2 {`
-    (the brace joins when present). A chord is split at its spaces: `<c'`, `e'`, `g'>4~`.
+    and `\\grace {` (the brace joins when present), `\\bar ":|."`. A chord is split at its
+    spaces: `<c'`, `e'`, `g'>4~`. Each marking (`-.`, `\\p`, `(`) is a symbol.
     """
     toks = text.split()
     out: list[str] = []
@@ -205,8 +235,25 @@ def symbols(text: str) -> list[str]:
         arity = _SYMBOL_ARITY.get(toks[i], 0)
         if toks[i] == "\\tuplet" and i + 2 < len(toks) and toks[i + 2] == "{":
             arity = 2
+        elif toks[i] in GRACES and i + 1 < len(toks) and toks[i + 1] == "{":
+            arity = 1
         out.append(" ".join(toks[i : i + 1 + arity]))
         i += 1 + arity
+    return out
+
+
+def marking_tokens(
+    marks: Sequence[str], dynamic: str | None, slur_end: bool, slur_start: bool
+) -> list[str]:
+    """The markings after an event, in canonical order: its articulations (already in the order
+    of ARTICULATIONS), its dynamic, `)`, `(`."""
+    out = list(marks)
+    if dynamic is not None:
+        out.append(dynamic)
+    if slur_end:
+        out.append(SLUR_END)
+    if slur_start:
+        out.append(SLUR_START)
     return out
 
 
@@ -295,6 +342,9 @@ class _Parser:
         self.tie_from: set[tuple[int, int]] | None = None  # pitches of a pending tie
         self.changes: list[str] = []  # change commands seen at the start of the current bar
         self.clef_pending = False  # a mid-bar clef change still waits for its music
+        self.slur_open = False  # a slur began on an earlier event (the order of markings
+        # puts `(` after `)`, so a slur can never end on the event it began on)
+        self.grace_pending = False  # a grace group waits for the note it ornaments
 
     def fail(self, why: str, at: int | None = None) -> CanonicalError:
         i = self.i if at is None else at
@@ -337,6 +387,9 @@ class _Parser:
                 "a pickup opens a piece, whose first system prints its time: "
                 "\\partial only right after the header's \\time"
             )
+        if self.i < len(self.toks) and self.toks[self.i] == "\\bar":
+            self.take()
+            self.bar_arg(BAR_START_TYPES, 'a line opens only with a start repeat \\bar ".|:"')
         self.body()
 
     def clef_arg(self) -> str:
@@ -399,15 +452,95 @@ class _Parser:
     def body(self) -> None:
         while self.i < len(self.toks):
             tok = self.toks[self.i]
+            if self.grace_pending and not (_NOTE.fullmatch(tok) or tok.startswith("<")):
+                raise self.fail("a grace group is followed by the note or chord it ornaments")
             if tok == "|":
                 self.bar_check()
             elif tok in ("\\clef", "\\key", "\\time"):
                 self.change(tok)
             elif tok == "\\tuplet":
                 self.tuplet()
+            elif tok == "\\bar":
+                self.barline()
+            elif tok in GRACES:
+                self.grace()
             else:
                 self.bar += self.event()
+                self.markings()
         self.end()
+
+    def bar_arg(self, allowed: tuple[str, ...], where: str) -> str:
+        tok = self.take(what="a bar line type")
+        if tok not in BAR_TYPES:
+            raise self.fail(f"unknown bar line; allowed: {' '.join(BAR_TYPES)}", self.i - 1)
+        if tok not in allowed:
+            raise self.fail(where, self.i - 1)
+        return tok
+
+    def barline(self) -> None:
+        """`\\bar "T"`: right before a `|` (any type) or at the text's end (an ending type)."""
+        if self.bar_events == 0:
+            raise self.fail(
+                "\\bar goes after a bar's last event, right before '|' or at the end of the "
+                "text (a start repeat opening the line: right after the header)"
+            )
+        if self.clef_pending:
+            raise self.fail("a clef change with no music after it")
+        self.take()
+        if self.i >= len(self.toks) - 1:  # the text ends with this bar line
+            self.bar_arg(BAR_END_TYPES, f"a line ends only with {' '.join(BAR_END_TYPES)}")
+        else:
+            self.bar_arg(BAR_TYPES, "")
+            if self.toks[self.i] != "|":
+                raise self.fail("a \\bar is followed by '|' or ends the text")
+
+    def grace(self) -> None:
+        """`\\grace { ... }`: 1-4 untied, unmarked notes or chords lasting nothing, then a note."""
+        self.take()
+        self.take("{")
+        count = 0
+        while self.i < len(self.toks) and self.toks[self.i] != "}":
+            tok = self.toks[self.i]
+            if not (_NOTE.fullmatch(tok) or tok.startswith("<")):
+                raise self.fail("a grace group holds only notes and chords, with no markings")
+            if count == MAX_GRACE_EVENTS:
+                raise self.fail(f"a grace group holds at most {MAX_GRACE_EVENTS} notes")
+            self.take()
+            if tok.startswith("<"):
+                _, _, tie = self.chord(tok)
+            else:
+                tie = _NOTE.fullmatch(tok).group(4)  # type: ignore[union-attr]
+            if tie:
+                raise self.fail("grace notes are not tied", self.i - 1)
+            count += 1
+        if count == 0:
+            raise self.fail("empty grace group")
+        self.take("}")
+        self.grace_pending = True
+
+    def markings(self) -> None:
+        """The markings after the event just read: articulations, a dynamic, `)`, `(`."""
+        rank = -1
+        rest = _REST.fullmatch(self.toks[self.i - 1]) is not None
+        while self.i < len(self.toks) and self.toks[self.i] in _MARK_RANK:
+            tok = self.toks[self.i]
+            if _MARK_RANK[tok] <= rank:
+                raise self.fail(
+                    "markings follow their event once each, in the order "
+                    f"{' '.join(ARTICULATIONS)}, a dynamic, ')', '('"
+                )
+            if rest and tok != "\\fermata":
+                raise self.fail("a rest takes only \\fermata")
+            rank = _MARK_RANK[tok]
+            if tok == SLUR_END:
+                if not self.slur_open:
+                    raise self.fail("')' ends a slur begun on an earlier note")
+                self.slur_open = False
+            elif tok == SLUR_START:
+                if self.slur_open:
+                    raise self.fail("a slur is already open; end it with ')' first")
+                self.slur_open = True
+            self.take()
 
     def bar_check(self) -> None:
         if self.bar_events == 0:
@@ -482,6 +615,7 @@ class _Parser:
             if self.toks[self.i] in ("|", "{") or self.toks[self.i].startswith("\\"):
                 raise self.fail("a tuplet holds only notes, rests and chords (no nesting)")
             inner += self.event()
+            self.markings()
             count += 1
         if count == 0:
             raise self.fail("empty tuplet")
@@ -505,16 +639,19 @@ class _Parser:
             self.tie_from = pitches
         self.bar_events += 1
         self.clef_pending = False
+        self.grace_pending = False
         self.changes = []
         return length
 
     def unknown(self, tok: str) -> str:
+        if tok in _MARK_RANK:
+            return "a marking follows the note, rest or chord it marks"
         if tok in COMMANDS:
             return f"{tok} is not allowed here"
         if tok.startswith("\\"):
             return f"command not allowed; only {' '.join(COMMANDS)}"
         if tok in ("{", "}"):
-            return "braces only delimit a \\tuplet"
+            return "braces only delimit a \\tuplet or a grace group"
         if ">" in tok:
             return "'>' without an opening '<'"
         return "not a note, rest, chord, bar check or command"
@@ -550,6 +687,10 @@ class _Parser:
             raise self.fail("the last bar has no music")
         if self.tie_from is not None:
             raise self.fail("the last event is tied to nothing (LilyPond would not draw it)")
+        if self.grace_pending:
+            raise self.fail("a grace group is followed by the note or chord it ornaments")
+        if self.slur_open:
+            raise self.fail("a slur is still open at the end of the line; close it with ')'")
         if self.clef_pending:
             raise self.fail("a clef change with no music after it", len(self.toks) - 2)
         if self.bars == 0 and self.partial is not None:

@@ -9,9 +9,21 @@ checks the grammar's own lists, synthetic systems and random mutations of both).
 How it reads. The text is a sequence of space-separated tokens; the state holds what the
 parser knows after the completed tokens (mode: what token may come next; clef, key, time,
 measure, pickup, the bar's length, a pending tie, a tuplet or chord in progress) and the
-partial last token. A completed token goes through the same checks as canonical's parser, in
-its push form, so a token that `validate` would reject kills the state at once; so does a bar
-already longer than its measure (no continuation can shorten it). The partial token is checked
+partial last token. Format 3's markings add to it: whether a slur is open; the rank of the last
+marking the event just read took (articulations, a dynamic, `)`, `(` in that order, each once;
+none right after anything but an event or its markings) and whether that event was a rest
+(`\\fermata` only); a grace group in progress (its count, at most 4, untied and unmarked notes
+and chords, no rests), after which only the note or chord it ornaments may come (mode
+AFTER_GRACE; a pending tie passes over the group to it); a bar line's place: `\\bar ".|:"`
+opening the body (modes START, HBAR: right after the header, `\\partial` included), any type
+after a bar's last event and its markings right before a `|` (AFTER_BAR), an ending type
+(`":|."` `"||"` `"|."`) ending the text.
+`complete` is false while a slur is open, after a grace group, after a `\\bar ".|:"` or
+`":..:"`. A completed token goes through the same checks as canonical's parser, in its push
+form, so a token that `validate` would reject kills the state at once; so does a bar already
+longer than its measure (no continuation can shorten it), a `\\bar` that neither a `|` (its bar
+not full) nor the text's end (a tie or slur pending, or a non-ending type) can follow, and a
+grace group in a bar with no room left for its note. The partial token is checked
 against the set of every prefix of the tokens the mode allows (tables built once), refined: a
 prefix with few completions (under 64: "fis''4" can only become "fis''4", "fis''4.", ...) is
 checked exactly, each completion run through the parser; one that can only become an event is
@@ -75,9 +87,26 @@ from sonfolio.score import canonical as cn
     OPEN,
     TUP,
     CHORD,
-) = range(18)
+    START,
+    HBAR,
+    BAR,
+    AFTER_BAR,
+    GOPEN,
+    GRACE,
+    GCHORD,
+    AFTER_GRACE,
+) = range(26)
+# START: the body's first token after a \partial (a `\bar ".|:"` may open it); HBAR, BAR: the
+# type of a header or in-body `\bar`; AFTER_BAR: the `|` a mid-text `\bar` stands before;
+# GOPEN, GRACE, GCHORD: a grace group's `{`, its notes and `}`, a chord in it; AFTER_GRACE: the
+# note or chord a grace group ornaments.
 
 _ORDER = {cmd: i for i, cmd in enumerate(cn._CHANGE_ORDER)}  # \clef 0, \key 1, \time 2
+_MARK_RANK = cn._MARK_RANK  # a marking's place in the order after an event
+_FERMATA = "\\fermata"  # the one marking a rest takes
+_BAR_TYPES, _BAR_ENDS = frozenset(cn.BAR_TYPES), frozenset(cn.BAR_END_TYPES)
+_BAR_STARTS = frozenset(cn.BAR_START_TYPES)
+_SHORTEST = min(cn.duration_value(d) for d in cn.DURATIONS)  # 1/64: the shortest event
 # Prefixes of a \partial argument: D, D., D.., D*N, D*N/M (canonical's _PARTIAL), cut anywhere.
 _PARTIAL_PREFIX = re.compile(
     r"(?:3|6|(?:1|2|4|8|16|32|64)\.{0,2}(?:\*(?:[1-9][0-9]*(?:/(?:[1-9][0-9]*)?)?)?)?)?"
@@ -144,12 +173,29 @@ def _lexicon() -> dict[int, dict[str, _Lex]]:
         events["<" + p] = None  # a chord's first pitch: its length comes at its end
         for d, length in durs.items():
             events[p + d] = events[p + d + "~"] = length
+    notes = {t: length for t, length in events.items() if not t.startswith("<")}
     events.update({"r" + d: length for d, length in durs.items()})
-    body = _table({**events, "|": None, **dict.fromkeys(cn._CHANGE_ORDER), "\\tuplet": None})
+    marks = dict.fromkeys(cn.MARKINGS)
+    body_tokens = {
+        **events,
+        "|": None,
+        **dict.fromkeys(cn._CHANGE_ORDER),
+        "\\tuplet": None,
+        "\\bar": None,
+        **dict.fromkeys(cn.GRACES),
+        **marks,
+    }
+    body = _table(body_tokens)
     chord: dict[str, Fraction | None] = dict.fromkeys(pitches)
+    grace_chord: dict[str, Fraction | None] = dict.fromkeys(pitches)
     for p in pitches:
         for d, length in durs.items():
             chord[p + ">" + d] = chord[p + ">" + d + "~"] = length
+            grace_chord[p + ">" + d] = None  # grace notes last nothing and take no tie
+    # a grace group's notes: untied, no length (a bar check skips them), no rests
+    grace = {t: None for t in notes if not t.endswith("~")}
+    grace.update({"<" + p: None for p in pitches})
+    grace["}"] = None
     times = [f"{n}/{d}" for n in range(1, cn.MAX_TIME_NUMERATOR + 1) for d in cn.DURATION_BASES]
     top = cn.MAX_TUPLET_NUMBER + 1
     ratios = [f"{n}/{m}" for n in range(1, top) for m in range(1, top) if n != m]
@@ -163,15 +209,7 @@ def _lexicon() -> dict[int, dict[str, _Lex]]:
         HMODE: major,
         AFTER_KEY: body,
         HTIME: time_table,
-        AFTER_TIME: _table(
-            {
-                **events,
-                "|": None,
-                **dict.fromkeys(cn._CHANGE_ORDER),
-                "\\tuplet": None,
-                "\\partial": None,
-            }
-        ),
+        AFTER_TIME: _table({**body_tokens, "\\partial": None}),
         BODY: body,
         CCLEF: clefs,
         CTONIC: tonics,
@@ -179,8 +217,16 @@ def _lexicon() -> dict[int, dict[str, _Lex]]:
         CTIME: time_table,
         RATIO: _table(dict.fromkeys(ratios)),
         OPEN: _table({"{": None}),
-        TUP: _table({**events, "}": None}),
+        TUP: _table({**events, "}": None, **marks}),
         CHORD: _table(chord),
+        START: body,
+        HBAR: _table(dict.fromkeys(cn.BAR_START_TYPES)),
+        BAR: _table(dict.fromkeys(cn.BAR_TYPES)),
+        AFTER_BAR: _table({"|": None}),
+        GOPEN: _table({"{": None}),
+        GRACE: _table(grace),
+        GCHORD: _table(grace_chord),
+        AFTER_GRACE: _table({**notes, **{"<" + p: None for p in pitches}}),
     }
 
 
@@ -228,6 +274,9 @@ def _partial(tok: str, measure: Fraction) -> Fraction | None:
     return length if length < measure else None
 
 
+_new = object.__new__
+
+
 class State:
     """The canonical parser's state after a prefix of a text, copied on every step.
 
@@ -257,6 +306,11 @@ class State:
         "inner",
         "count",
         "chord",
+        "slur",
+        "mark",
+        "rest",
+        "grace",
+        "bar_end",
         "children",
         "_complete",
     )
@@ -279,14 +333,49 @@ class State:
         s.change_start = s.clef_pending = False
         s.tuplet, s.inner, s.count = None, Fraction(0), 0  # (N, M) of an open tuplet
         s.chord = None  # the pitch keys of a chord in progress
+        s.slur = False  # a slur is open
+        # the rank (canonical._MARK_RANK) of the last marking the event just read took, -1:
+        # none yet; None: the last token was no event or marking, so no marking may come
+        s.mark = None
+        s.rest = False  # the last event was a rest (it takes only \fermata)
+        s.grace = 0  # events in the grace group being read
+        s.bar_end = False  # the in-body \bar just read may end the text (an ending type)
         s.children, s._complete = None, None
         return s
 
     def copy(self) -> State:
-        s = State.__new__(State)
-        for name in State.__slots__[:-2]:
-            setattr(s, name, getattr(self, name))
-        s.children, s._complete = None, None
+        """Every field but the caches (written out: 5 times faster than a loop over the slots;
+        tests/score/test_constrained.py checks that none is left out)."""
+        s = _new(State)
+        s.mode, s.partial, s.ctx_time, s.ctx_measure = (
+            self.mode,
+            self.partial,
+            self.ctx_time,
+            self.ctx_measure,
+        )
+        s.clef, s.key, s.tonic, s.time = self.clef, self.key, self.tonic, self.time
+        s.measure, s.pickup, s.bar, s.bar_events, s.bars = (
+            self.measure,
+            self.pickup,
+            self.bar,
+            self.bar_events,
+            self.bars,
+        )
+        s.tie, s.last_change, s.change_start, s.clef_pending = (
+            self.tie,
+            self.last_change,
+            self.change_start,
+            self.clef_pending,
+        )
+        s.tuplet, s.inner, s.count, s.chord = self.tuplet, self.inner, self.count, self.chord
+        s.slur, s.mark, s.rest, s.grace, s.bar_end = (
+            self.slur,
+            self.mark,
+            self.rest,
+            self.grace,
+            self.bar_end,
+        )
+        s.children = s._complete = None
         return s
 
     # --- reading ---
@@ -325,9 +414,14 @@ class State:
         if not self.partial:
             return False
         s = self.copy()
-        if not s._take(self.partial) or s.mode != BODY or not s.bar_events:
+        if not s._take(self.partial):
             return False
-        if s.tie is not None or s.clef_pending:
+        if s.mode == AFTER_BAR:  # a text may end on a bar line of an ending type only
+            if not s.bar_end:
+                return False
+        elif s.mode != BODY:
+            return False
+        if not s.bar_events or s.tie is not None or s.clef_pending or s.slur:
             return False
         if s.bars == 0 and s.pickup is not None:
             return s.bar == s.pickup
@@ -340,13 +434,16 @@ class State:
         p = self.partial
         if self.mode == HPARTIAL:
             return _PARTIAL_PREFIX.fullmatch(p) is not None
+        if self.mode == GRACE and self.grace == cn.MAX_GRACE_EVENTS:
+            return p in ("", "}")  # a full grace group: only its end may come
         lex = _lexicon()[self.mode].get(p)
         if lex is None:
             return False
         if lex.completions is not None:  # few: check each exactly
             return any(self.copy()._take(t) for t in lex.completions)
-        if self.mode == CHORD:  # its pitches ascend: a completion must lie above the last
-            last, tie = self.chord[-1], self.tie
+        if self.mode in (CHORD, GCHORD):
+            # its pitches ascend: a completion must lie above the last
+            last, tie = self.chord[-1], self.tie if self.mode == CHORD else None
             if tie is None or tie & frozenset(self.chord):
                 return any(k > last for k in lex.pitches)
             top = max(tie, default=last)  # and at or below a tied pitch, while none is held
@@ -372,6 +469,17 @@ class State:
             return self._body(tok)
         if mode == CHORD:
             return self._chord(tok)
+        if mode in (GRACE, GCHORD):
+            return self._grace(tok)
+        if mode == AFTER_GRACE:  # the ornamented note or chord
+            self.mode = BODY
+            if tok[:1] == "<":
+                return self._chord_start(tok)
+            ev = _event(tok)
+            return ev is not None and bool(ev[0]) and self._add_event(*ev)  # no rest
+        if mode == AFTER_BAR:
+            self.mode = BODY
+            return tok == "|" and self._bar_check()
         if mode == AFTER_KEY:
             if tok == "\\time":
                 self.mode = HTIME
@@ -380,11 +488,15 @@ class State:
                 return False
             if self.ctx_time is not None:
                 self.time, self.measure = self.ctx_time, self.ctx_measure
-            self.mode = BODY
-            return self._body(tok)
-        if mode == AFTER_TIME:
+            mode = START
+        elif mode == AFTER_TIME:
             if tok == "\\partial":
                 self.mode = HPARTIAL
+                return True
+            mode = START
+        if mode == START:  # the body's first token: a start repeat may open it
+            if tok == "\\bar":
+                self.mode = HBAR
                 return True
             self.mode = BODY
             return self._body(tok)
@@ -411,8 +523,17 @@ class State:
             self.measure, self.time, self.mode = _time(tok), tok, AFTER_TIME
             return self.measure is not None
         if mode == HPARTIAL:
-            self.pickup, self.mode = _partial(tok, self.measure), BODY
+            self.pickup, self.mode = _partial(tok, self.measure), START
             return self.pickup is not None
+        if mode == HBAR:
+            self.mode = BODY
+            return tok in _BAR_STARTS
+        if mode == BAR:  # kept only when the `|` after it or the text's end can follow
+            self.mode, self.bar_end = AFTER_BAR, tok in _BAR_ENDS
+            return tok in _BAR_TYPES and (self._full() or (self.bar_end and self._may_end()))
+        if mode == GOPEN:
+            self.grace, self.mode = 0, GRACE
+            return tok == "{"
         if mode == CCLEF:
             if tok not in cn.CLEFS or tok == self.clef:
                 return False
@@ -444,6 +565,10 @@ class State:
 
     def _body(self, tok: str) -> bool:
         """A token in a bar (mode BODY) or inside a tuplet (TUP)."""
+        rank = _MARK_RANK.get(tok)
+        if rank is not None:
+            return self._marking(tok, rank)
+        self.mark = None  # markings follow only an event (or its markings)
         if self.mode == TUP:
             if tok == "}":
                 if not self.count:
@@ -461,17 +586,74 @@ class State:
         elif tok == "\\tuplet":
             self.mode = RATIO
             return True
-        if tok.startswith("<"):
-            first = tok[1:]
-            if cn._CHORD_END.fullmatch(first) is not None:
-                return False  # a one-pitch chord
-            key = _pitch_key(first)
-            if key is None:
+        elif tok == "\\bar":  # after the bar's last event, before a `|` or the text's end
+            self.mode = BAR
+            if not self.bar_events or self.clef_pending:
                 return False
-            self.chord, self.mode = (key,), CHORD
-            return self._chord_can_tie()
+            return self._full() or self._may_end()
+        elif tok in cn.GRACES:  # the note it ornaments must still fit in the bar
+            self.mode = GOPEN
+            limit = self._limit()
+            return limit is None or self.bar + _SHORTEST <= limit
+        if tok[:1] == "<":
+            return self._chord_start(tok)
         ev = _event(tok)
         return ev is not None and self._add_event(*ev)
+
+    def _chord_start(self, tok: str) -> bool:
+        first = tok[1:]
+        if cn._CHORD_END.fullmatch(first) is not None:
+            return False  # a one-pitch chord
+        key = _pitch_key(first)
+        if key is None:
+            return False
+        self.chord, self.mode = (key,), CHORD
+        return self._chord_can_tie()
+
+    def _marking(self, tok: str, rank: int) -> bool:
+        """A marking after an event: in canonical's order, each kind once; a rest takes only
+        \\fermata. A `)` needs an open slur begun on an earlier event: one begun on this event
+        took its `(` last, after which the order admits no `)`."""
+        if self.mark is None or rank <= self.mark or (self.rest and tok != _FERMATA):
+            return False
+        self.mark = rank
+        if tok == ")":
+            if not self.slur:
+                return False
+            self.slur = False
+        elif tok == "(":
+            if self.slur:
+                return False
+            self.slur = True
+        return True
+
+    def _grace(self, tok: str) -> bool:
+        """A token of a grace group (modes GRACE, GCHORD): up to MAX_GRACE_EVENTS untied
+        notes and chords, then `}`; they last nothing and leave a pending tie alone."""
+        if self.mode == GCHORD:
+            m = cn._CHORD_END.fullmatch(tok)
+            key = _pitch_key(m.group(1) if m is not None else tok)
+            if key is None or key <= self.chord[-1]:
+                return False
+            if m is None:
+                self.chord += (key,)
+                return True
+            self.chord, self.mode = None, GRACE
+            return not m.group(4)
+        if tok == "}":
+            self.mode = AFTER_GRACE
+            return self.grace > 0
+        if self.grace == cn.MAX_GRACE_EVENTS:
+            return False
+        self.grace += 1
+        if tok[:1] == "<":
+            key = _pitch_key(tok[1:])  # None for a one-pitch chord too
+            if key is None:
+                return False
+            self.chord, self.mode = (key,), GCHORD
+            return True
+        ev = _event(tok)
+        return ev is not None and bool(ev[0]) and not ev[2]
 
     def _chord(self, tok: str) -> bool:
         m = cn._CHORD_END.fullmatch(tok)
@@ -496,6 +678,7 @@ class State:
         if self.tie is not None and not (self.tie & pitches):
             return False
         self.tie = pitches if tied else None
+        self.mark, self.rest = -1, not pitches
         self.bar_events += 1
         self.clef_pending, self.last_change = False, -1
         limit = self._limit()
@@ -508,6 +691,18 @@ class State:
             return self.bar + self.inner * m / n <= limit
         self.bar += length
         return limit is None or self.bar <= limit
+
+    def _full(self) -> bool:
+        """A `|` now would pass its bar check (what it checks besides the bar's length, a
+        caller has)."""
+        limit = self._limit()
+        return limit is None or self.bar == limit
+
+    def _may_end(self) -> bool:
+        """The text may end after this bar's events (and a bar line of an ending type)."""
+        if self.tie is not None or self.slur:
+            return False
+        return self.bars > 0 or self.pickup is None or self.bar == self.pickup
 
     def _bar_check(self) -> bool:
         if not self.bar_events or self.clef_pending:

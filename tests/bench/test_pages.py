@@ -90,6 +90,31 @@ def test_notes_of_keeps_what_a_broken_prediction_spells():
     ]
 
 
+def test_notes_of_skips_markings_bar_lines_and_grace_groups():
+    text = (
+        '\\clef treble \\key c \\major \\time 2/4 \\bar ".|:" c\'4 -. \\p ( '
+        "\\acciaccatura { d''8 } e'4 ) | \\grace { b'16 <c'' e''>16 } d''4 -- \\fermata "
+        "\\tuplet 3/2 { e''8 -> f''8 g''8 } \\bar \":|.\" | r2 \\fermata \\bar \"|.\""
+    )
+    validate(text)
+    notes, end = notes_of(text)
+    third = Fraction(1, 3)  # an 8th in a triplet, in quarter notes
+    assert [(n.pitch, n.length) for n in notes] == [
+        ("C4", 1),
+        ("E4", 1),
+        ("D5", 1),
+        ("E5", third),
+        ("F5", third),
+        ("G5", third),
+    ]
+    assert [n.onset for n in notes][:3] == [0, Fraction(1, 4), Fraction(1, 2)]
+    assert end == Fraction(3, 2)
+    # a broken grace group ends at the first token that cannot stand in one; without braces
+    # it is the one event after the command
+    notes, _ = notes_of("\\clef treble \\key c \\major \\grace { d'16 | e'4 \\grace c'8 f'4")
+    assert [n.pitch for n in notes] == ["E4", "F4"]
+
+
 def test_truth_notes_agree_with_music21():
     score = abc_tune_score("t", "X:1\nT:t\nM:6/8\nL:1/8\nK:G\n(3B/c/d/|g2e dBG|[DA]3 z2 F|G6|]\n")
     (system,), _ = systems_from_score(score, "t", 100_000)

@@ -224,3 +224,78 @@ def test_a_setting_never_carries_text_to_lilypond() -> None:
     assert Setting().prefix() == Setting(None, 1).prefix() == ""
     with pytest.raises(ValueError, match="not a time signature"):
         Setting('3/4 #(system "x")').prefix()
+
+
+# Format 3: markings, grace notes and bar lines (docs/canonical-lilypond.md, "Markings").
+MARKED = [
+    rf"{H} c'4 -. \p ( d'4 e'4 -- f'4 ) | g'1 \fermata",
+    rf"{H} c'4 ( d'4 ) ( e'4 f'4 ) | g'1",
+    rf"{H} c'4 ( d'4 e'4 f'4 | g'1 )",  # a slur crosses the bar line
+    rf"{H} \acciaccatura {{ d''8 }} c''4 -. \grace {{ b'16 c''16 }} d''2 r4 \fermata | c'1",
+    rf'''{H} c'2 d'2 \bar ":|." | e'1 \bar "|."''',
+    rf'''{H} \bar ".|:" c'1 \bar ":..:" | d'1 \bar ":|."''',
+    rf'''{H} c'1 \bar "||" | d'1 \bar "||"''',
+    rf"{H} \tuplet 3/2 {{ c'8 ( d'8 e'8 ) }} f'4 -> \ff g'2 | <c' e'>1 -^ \trill",
+    rf"{H} c'4~ -. ( c'4 \grace {{ d'16 }} e'2 ) | f'1 \sfz",
+    rf"{H} c'4~ \grace {{ <d' f'>16 }} c'4 e'2 \mf | f'1 \pp",  # a tie crosses the grace group
+    r"""\clef treble \key c \major \time 3/4 \partial 4 \bar ".|:" g'4 -- \ppp | c'2. \fp""",
+    rf"{H} c'4 -. -- -> -^ \fermata \trill \fff ( d'2. ) | e'1",  # every kind, in order
+    rf"{H} c'4 \sf d'4 \sfp e'4 \fz f'4 \rfz | g'1",
+]
+
+MARKED_BAD = [
+    (rf"{H} c'4 \p -. d'4 e'2 | f'1", r"-.", 9, "in the order"),
+    (rf"{H} c'4 ( d'4 e'2 | f'1", "<end>", 13, "slur is still open"),
+    (rf"{H} c'4 ) d'4 e'2 | f'1", ")", 8, "begun on an earlier note"),
+    (rf"{H} c'4 ( ( d'4 e'2 ) | f'1", "(", 9, "in the order"),
+    (rf"{H} r4 -. c'4 d'2 | e'1", "-.", 8, "a rest takes only"),
+    (rf"{H} c'2 \p \f d'2 | e'1", r"\f", 9, "in the order"),
+    (rf"{H} -. c'1", "-.", 7, "follows the note, rest or chord"),
+    (rf"{H} \grace {{ d'16 }} r4 c'4 d'2 | e'1", "r4", 11, "followed by the note or chord"),
+    (rf"{H} c'4 d'4 e'2 \grace {{ d'16 }} | e'1", "|", 14, "followed by the note or chord"),
+    (rf"{H} \grace {{ d'16~ }} d'4 e'2. | f'1", "d'16~", 9, "not tied"),
+    (rf"{H} \grace {{ r16 }} d'4 e'2. | f'1", "r16", 9, "only notes and chords"),
+    (rf"{H} \grace {{ c'16 d'16 e'16 f'16 g'16 }} d'4 | f'1", "g'16", 13, "at most 4"),
+    (rf"{H} \tuplet 3/2 {{ c'8 \grace {{ d'16 }} d'8 e'8 }} f'4 g'2", r"\grace", 11, "tuplet"),
+    (rf"""{H} c'4 d'4 e'2 | \bar "||" e'1""", r"\bar", 11, "right before '|'"),
+    (rf'''{H} c'1 \bar ".|:"''', '".|:"', 9, "a line ends only with"),
+    (rf"""{H} \bar ":|." c'1""", '":|."', 8, "opens only with a start repeat"),
+    (rf"""{H} c'1 \bar "||" \bar "|." | d'1""", r"\bar", 10, "followed by '|'"),
+    (rf"""{H} c'4 \bar "x" | d'1""", '"x"', 9, "unknown bar line"),
+]
+
+
+@pytest.mark.parametrize("text", MARKED)
+def test_accepts_markings_graces_and_bar_lines(text: str) -> None:
+    validate(text)
+
+
+@pytest.mark.parametrize(("text", "token", "index", "why"), MARKED_BAD)
+def test_rejects_misplaced_markings_and_names_them(
+    text: str, token: str, index: int, why: str
+) -> None:
+    with pytest.raises(CanonicalError) as err:
+        validate(text)
+    assert (err.value.token, err.value.index) == (token, index), err.value
+    assert why in err.value.why
+
+
+def test_markings_compile_without_warnings(tmp_path: Path) -> None:
+    result = compile_systems(MARKED, tmp_path, find_lilypond(), render=False)
+    assert result.returncode == 0, result.log[-2000:]
+    assert result.warnings == [[] for _ in MARKED]
+
+
+def test_symbols_keep_a_bar_line_and_a_grace_opening_whole() -> None:
+    assert symbols(rf'''{H} \grace {{ b'16 }} c'4 -. \p ( d'2 ) \bar "||"''')[3:] == [
+        r"\grace {",
+        "b'16",
+        "}",
+        "c'4",
+        "-.",
+        r"\p",
+        "(",
+        "d'2",
+        ")",
+        r'\bar "||"',
+    ]

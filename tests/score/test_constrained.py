@@ -1,7 +1,8 @@
 """Decoding under the canonical grammar: the incremental state agrees with `validate` on whole
-texts and catches a bad token when it completes; constrained CTC and attention decoding always
-give texts that validate, leave a valid greedy reading untouched, and run through
-`Variant.generate` on a tiny model in torch and ONNX Runtime."""
+texts (format 3's markings, grace groups and bar lines included) and catches a bad token when it
+completes; constrained CTC and attention decoding always give texts that validate, leave a valid
+greedy reading untouched, and run through `Variant.generate` on a tiny model in torch and ONNX
+Runtime."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 from eval_tiny import SHAPE, export, save_score  # tests/ is on sys.path
-from score.test_canonical import BAD, GOOD
+from score.test_canonical import BAD, GOOD, MARKED, MARKED_BAD
 
 from sonfolio import variants
 from sonfolio.score import canonical
@@ -31,7 +32,109 @@ from sonfolio.score.synth import synth_systems
 from sonfolio.tokenizer import train_bpe
 
 TIMES = [None, "3/4", "4/4", "6/8", "2/2"]
-CHARS = "abcdefgis',.~<>|{}/\\r0123456789 *"
+CHARS = "abcdefgis',.~<>|{}/\\r0123456789 *()-:\"^"
+# Format 3's tokens, inserted anywhere by the mutations of marked texts.
+MARK_TOKENS = [
+    *canonical.MARKINGS,
+    "\\bar",
+    *canonical.BAR_TYPES,
+    *canonical.GRACES,
+    "{",
+    "}",
+    "|",
+    "c'16",
+    "<c'",
+    "e'>8",
+    "r4",
+]
+H = r"\clef treble \key c \major \time 4/4"
+BAR = {t: rf"\bar {t}" for t in canonical.BAR_TYPES}
+START, END, BOTH, DOUBLE, FINAL = (BAR[t] for t in ('".|:"', '":|."', '":..:"', '"||"', '"|."'))
+NOT_A_BAR = r'\bar "|"'
+# (text, whether it validates as /work/spec/markings.md says): format 3, kind by kind
+FORMAT3 = [
+    # every articulation and dynamic, on a note and a chord; a rest takes only \fermata
+    *((rf"{H} c'4 {a} d'2. | e'1", True) for a in canonical.ARTICULATIONS),
+    *((rf"{H} <c' e'>4 {d} d'2. | e'1", True) for d in canonical.DYNAMICS),
+    *((rf"{H} c'4 r4 {m} d'2 | e'1", m == r"\fermata") for m in canonical.MARKINGS),
+    (rf"{H} c'4 -. -- -> -^ \fermata \trill \sfz ( d'2. ) | e'1", True),
+    (rf"{H} c'4 -- -. d'2. | e'1", False),  # out of order
+    (rf"{H} c'4 -. -. d'2. | e'1", False),  # twice
+    (rf"{H} c'4 \p \f d'2. | e'1", False),  # two dynamics
+    (rf"{H} c'4 \p -> d'2. | e'1", False),  # an articulation after the dynamic
+    (rf"{H} c'4~ -. ( c'4 ) d'2 | e'1", True),  # the tie stays glued to its note
+    (rf"{H} -. c'1", False),  # no event before it
+    (rf"{H} c'1 | -. d'1", False),  # after `|`
+    (rf"{H} c'2 \clef bass -. c2 | e1", False),  # after a change
+    (rf"{H} \tuplet 3/2 {{ c'8 -. \p ( d'8 e'8 ) }} f'2. | e'1", True),
+    (rf"{H} \tuplet 3/2 {{ -. c'8 d'8 e'8 }} f'2. | e'1", False),  # right after `{`
+    (rf"{H} \tuplet 3/2 {{ c'8 d'8 e'8 }} -. f'2. | e'1", False),  # after `}`
+    (rf"{H} \tuplet 3/2 {{ r8 \fermata d'8 e'8 }} f'2. | e'1", True),
+    # slurs: one at a time, ended on a later event, never open at the end
+    (rf"{H} c'4 ( d'4 ) ( e'4 f'4 ) | g'1", True),
+    (rf"{H} c'4 ( d'4 e'4 \tuplet 3/2 {{ f'8 g'8 a'8 ) }} | g'1", True),
+    (rf"{H} c'4 ( ) d'2. | e'1", False),  # ended on the event that began it
+    (rf"{H} c'4 ) d'2. | e'1", False),
+    (rf"{H} c'4 ( d'4 ( e'2 ) | f'1", False),
+    (rf"{H} c'4 ( d'2. | e'1", False),  # open at the end
+    (rf"{H} c'4 ( d'2. | e'1 ) (", False),
+    (rf"{H} c'4 ( d'2. | e'1 ) {FINAL}", True),
+    (rf"{H} c'4 ( r4 ) d'2 | e'1", False),  # a rest ends no slur
+    (rf"{H} c'4 ( r4 d'4 ) e'4 | e'1", True),
+    # grace groups
+    (rf"{H} \grace {{ d'16 }} c'4 d'2. | e'1", True),
+    (rf"{H} \acciaccatura {{ <d' f'>8 }} <c' e'>4 d'2. | e'1", True),
+    (rf"{H} c'4 \grace {{ c'16 d'16 e'16 f'16 }} g'4 d'2 | e'1", True),
+    (rf"{H} c'4 \grace {{ c'16 d'16 e'16 f'16 g'16 }} g'4 d'2 | e'1", False),  # five
+    (rf"{H} c'4 \grace {{ }} d'4 d'2 | e'1", False),  # empty
+    (rf"{H} c'4 \grace {{ d'16~ }} d'4 d'2 | e'1", False),  # tied
+    (rf"{H} c'4 \grace {{ <d' f'>16~ }} d'4 d'2 | e'1", False),
+    (rf"{H} c'4 \grace {{ d'16 -. }} d'4 d'2 | e'1", False),  # marked
+    (rf"{H} c'4 \grace {{ r16 }} d'4 d'2 | e'1", False),  # a rest
+    (rf"{H} c'4 \grace {{ \tuplet 3/2 {{ d'16 }} }} d'4 d'2 | e'1", False),
+    (rf"{H} c'4 \grace {{ d'16 }} r4 d'2 | e'1", False),  # not followed by a note
+    (rf"{H} c'4 d'2 e'4 \grace {{ d'16 }} | e'1", False),
+    (rf"{H} c'4 d'2 e'4 | e'2. \grace {{ d'16 }}", False),  # at the end
+    (rf"{H} c'4 \grace {{ d'16 }} \tuplet 3/2 {{ c'8 d'8 e'8 }} d'2 | e'1", False),
+    (rf"{H} c'4 \grace {{ d'16 }} \grace {{ e'16 }} d'4 d'2 | e'1", False),
+    (rf"{H} c'4 \grace {{ d'16 }} \clef bass d4 d2 | e1", False),
+    (rf"{H} c'4 \clef bass \grace {{ d16 }} d4 d2 | e1", True),
+    (rf"{H} c'4 \grace {{ d'16 }} {DOUBLE} d'4 d'2 | e'1", False),
+    (rf"{H} \tuplet 3/2 {{ c'8 \grace {{ d'16 }} d'8 e'8 }} d'2. | e'1", False),
+    (rf"{H} c'4~ \grace {{ d'16 }} c'4 d'2 | e'1", True),  # the tie passes over the group
+    (rf"{H} c'4~ \grace {{ c'16 }} d'4 d'2 | e'1", False),
+    (rf"{H} c'2 d'2 | \grace {{ d'16 }} c'4~ -- ( c'2. ) | e'1", True),
+    (rf"{H} c'4 d'2 e'4 \grace {{ d'16 }} f'4 | e'1", False),  # its note overfills the bar
+    # bar lines: (a) right before `|`, any type; (b) at the end, an ending type; (c) opening
+    # the body, a start repeat
+    *((rf"{H} c'1 {b} | d'1", True) for b in BAR.values()),
+    *((rf"{H} c'1 | d'1 {b}", t in canonical.BAR_END_TYPES) for t, b in BAR.items()),
+    *((rf"{H} {b} c'1 | d'1", b == START) for b in BAR.values()),
+    (rf"\clef treble \key c \major {START} c'1 | d'1", True),
+    (rf"\clef treble \key c \major \time 3/4 \partial 4 {START} c'4 | d'2.", True),
+    (rf"\clef treble \key c \major \time 3/4 {START} \partial 4 c'4 | d'2.", False),
+    (rf"{H} {START} {START} c'1 | d'1", False),  # twice in a row
+    (rf"{H} c'1 {DOUBLE} {DOUBLE} | d'1", False),
+    (rf"{H} c'1 | {START} d'1", False),  # after `|`
+    (rf"{H} c'2 {DOUBLE} d'2 | d'1", False),  # not followed by `|`
+    (rf"{H} c'2 {DOUBLE} | d'1", False),  # the `|` still checks the bar
+    (rf"{H} c'1 | d'2 {FINAL}", True),  # a short last bar
+    (rf"{H} c'1 {DOUBLE}", True),
+    (rf"{H} c'1 {END} |", False),
+    (rf"{H} c'1 -. \p {END} | d'1 \fermata {FINAL}", True),
+    (rf"{H} c'2 \clef bass {DOUBLE} | d1", False),  # after a mid-bar clef change
+    (rf"{H} \tuplet 3/2 {{ c'2 d'2 {DOUBLE} e'2 }} | d'1", False),
+    (rf"{H} \tuplet 3/2 {{ c'2 d'2 e'2 }} {DOUBLE} | d'1", True),
+    (rf"{H} \grace {{ d'16 {DOUBLE} }} c'1 | d'1", False),
+    (rf"{H} c'1~ {DOUBLE} | c'1", True),
+    (rf"{H} c'1~ {DOUBLE}", False),
+    (rf"{H} c'1 {START} | \key g \major d'1 {END}", True),
+    (rf"{H} c'1 {BOTH} | d'1 {DOUBLE}", True),
+    (rf"{H} c'1 {NOT_A_BAR} | d'1", False),  # not a bar line type
+    (rf"{H} c'1 {BOTH}", False),
+    (rf"\clef treble \key c \major \time 3/4 \partial 4 c'4 {DOUBLE} | d'2.", True),
+    (rf"\clef treble \key c \major \time 3/4 \partial 4 c'8 {FINAL}", False),
+]
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +176,86 @@ def test_agrees_with_validate_on_the_grammar_tests_texts():
         assert accepts(text) == canonical.is_canonical(text), text
 
 
+def test_agrees_with_validate_and_the_spec_on_format_3_texts():
+    for text in MARKED + [b[0] for b in MARKED_BAD]:
+        assert accepts(text) == canonical.is_canonical(text), text
+    for text, valid in FORMAT3:
+        assert canonical.is_canonical(text) == valid, text  # the spec's answer
+        assert accepts(text) == valid, text
+        assert accepts(text, "4/4") == valid, text
+
+
+def test_agrees_with_validate_on_mutations_of_marked_texts():
+    rng = random.Random(3)
+    texts = MARKED + [t for t, valid in FORMAT3 if valid]
+    checked = Counter()
+    for text in texts:
+        for _ in range(40):
+            if rng.random() < 0.5:  # a format-3 token (or a bar check, a note) anywhere
+                toks = text.split(" ")
+                toks.insert(rng.randrange(len(toks) + 1), rng.choice(MARK_TOKENS))
+                mutated = " ".join(toks)
+            else:
+                mutated = _mutate(rng, _mutate(rng, text) if rng.random() < 0.3 else text)
+            for t in (None, rng.choice(TIMES)):
+                valid = canonical.is_canonical(mutated, t)
+                assert accepts(mutated, t) == valid, (mutated, t)
+                checked[valid] += 1
+    assert checked[True] > 300 and checked[False] > 3000  # both sides exercised
+
+
+def _state(text: str) -> State | None:
+    state = State.start()
+    for ch in text:
+        state = state.feed(ch)
+        if state is None:
+            return None
+    return state
+
+
+def test_complete_only_where_a_text_may_end():
+    ends = {
+        rf"{H} c'4 ( d'2.": False,  # a slur open
+        rf"{H} c'4 ( d'2. )": True,
+        rf"{H} c'4 \p (": False,
+        rf"{H} c'4 -.": True,
+        rf"{H} c'4 \grace {{ d'16 }}": False,  # a grace group waits for its note
+        rf"{H} c'4 \grace {{ d'16 }} e'4": True,
+        rf"{H} c'1 {START}": False,  # a start repeat prints at the next line's start
+        rf"{H} c'1 {BOTH}": False,
+        rf"{H} c'1 {END}": True,
+        rf"{H} c'1 {FINAL}": True,
+        rf"{H} {START}": False,
+    }
+    for text, complete in ends.items():
+        assert _state(text).complete is complete, text
+        assert canonical.is_canonical(text) is complete, text
+
+
+def test_dead_ends_of_format_3_die_at_once():
+    """A bar line that neither a `|` nor the text's end can follow, a grace group whose note
+    cannot fit: no text goes on from there, so the state dies there, not later."""
+    for text in (
+        rf"{H} c'2 {START}",  # the bar is not full, so `|` cannot follow; nor the end
+        rf"{H} c'2 ( d'4 {FINAL}",  # nor the text's end: a slur is open
+        rf"{H} c'4~ \bar",  # nor the end, with a tie pending
+        r"\clef treble \key c \major \time 3/4 \partial 4 c'8 \bar",  # nor the pickup's end
+        rf"{H} c'4 d'2 e'4 \grace",  # a full bar: no room for the ornamented note
+        rf"{H} c'4 \grace {{ d'16~",
+        rf"{H} c'4 ( )",
+        rf"{H} r4 -.",
+    ):
+        assert _state(text) is None, text
+    for bar in (DOUBLE, FINAL, END):  # a short last bar may end on an ending bar line
+        assert _state(rf"{H} c'2 {bar}").complete
+
+
+def test_a_copy_carries_every_field():
+    state = _state(rf"{H} c'4~ -. ( \tuplet 3/2 {{ c'8 d'8 <e'")
+    copy = state.copy()
+    assert all(getattr(copy, n) is getattr(state, n) for n in State.__slots__[:-2])
+
+
 def test_agrees_with_validate_on_synthetic_systems_and_their_mutations(systems):
     rng = random.Random(0)
     checked = Counter()
@@ -88,7 +271,8 @@ def test_agrees_with_validate_on_synthetic_systems_and_their_mutations(systems):
 
 
 def test_every_prefix_of_a_valid_text_is_viable(systems):
-    for text, time in systems[:60]:
+    marked = [(t, None) for t in MARKED] + [(t, None) for t, valid in FORMAT3 if valid]
+    for text, time in systems[:60] + marked:
         state = State.start(time)
         for i, ch in enumerate(text):
             state = state.feed(ch)
@@ -267,7 +451,9 @@ def test_a_tiny_model_reads_valid_texts_through_variant_generate(tiny_models, na
     v = variants.load(tiny_models[name], threads=1, device="cpu")
     pixels = torch.rand((3, 1, *SHAPE), generator=torch.Generator().manual_seed(0))
     times = ["3/4", None, "2/4"]
-    texts = v.generate(pixels, 48, times=times, constrained=True)
+    # 96 tokens: an untrained decoder wanders before it reaches a complete point (this one
+    # opens two rows with a grace group; the longer becomes complete at its 70th token)
+    texts = v.generate(pixels, 96, times=times, constrained=True)
     for text, time in zip(texts, times, strict=True):
         assert text == "" or canonical.is_canonical(text, time), text
     stats = v.decode_stats  # every row accounted for
