@@ -46,8 +46,8 @@ def test_bad_value_names_key_value_and_what_is_allowed():
 
 def test_heldout_collection_must_be_a_source():
     raw = raw_params()
-    raw["score_data"]["split"]["heldout_collections"] = ["mozart"]
-    with pytest.raises(ParamsError, match="mozart.*no source defines"):
+    raw["score_data"]["split"]["heldout_collections"] = ["ryans"]
+    with pytest.raises(ParamsError, match="ryans.*no source defines"):
         parse_params(raw)
 
 

@@ -115,8 +115,9 @@ class ScoreTrack:
         "LilyPond text, exported to ONNX with its KV cache (merged decoder)."
     )
     card_data = (
-        "rendered staff systems of music21 corpus pieces (essenFolksong, bach) plus "
-        "synthetic systems, canonical LilyPond text (docs/canonical-lilypond.md)"
+        "staff systems of music21 corpus pieces (the collections of score_data.sources), "
+        "engraved alone and cut from whole pages, plus synthetic systems; canonical LilyPond "
+        "text with markings (docs/canonical-lilypond.md)"
     )
 
     # --- bench ---

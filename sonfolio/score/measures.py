@@ -1,7 +1,9 @@
 """A part's measures read in order as bars, with the clef, key and time in force.
 
 Clef, key and time carry from measure to measure; a measure that cannot become canonical text
-is kept as a bar with an `error` (the reason its system is dropped).
+is kept as a bar with an `error` (the reason its system is dropped). Each bar also keeps the
+bar line kinds at its two ends (repeats, double, final) and places the measure's dynamics on
+its notes.
 """
 
 from __future__ import annotations
@@ -10,10 +12,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from music21 import clef, harmony, key, meter, note, stream
+from music21 import bar, clef, dynamics, harmony, key, meter, note, stream
 
 from sonfolio.score.canonical import (
     DURATION_BASES,
+    DYNAMICS,
     MAJOR_TONICS,
     MAX_TIME_NUMERATOR,
 )
@@ -47,6 +50,13 @@ class State:
     time: str
 
 
+# music21 bar line -> the kinds a bar line between two bars combines (sonfolio.score.convert
+# writes them as `\\bar "T"`); the types the grammar has no token for are counted, removed.
+_BARLINE_KINDS = {"double": "double", "final": "final", "light-heavy": "final"}
+_PLAIN_BARLINES = frozenset(("regular", "normal", "none", "light"))
+_DYNAMIC_TOKENS = {d[1:]: d for d in DYNAMICS}  # "mf" -> "\\mf"
+
+
 @dataclass
 class Bar:
     """One measure (or two merged halves) as items: Event, or a raw token (`\\tuplet 3/2 {`)."""
@@ -58,6 +68,9 @@ class Bar:
     measure: Fraction  # the time signature's bar length
     error: str | None = None
     changed: bool = False  # a clef, key or time element opens this measure
+    # bar line kinds at the bar's start and end: "start" / "end" (repeats), "double", "final"
+    left: frozenset[str] = frozenset()
+    right: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -71,6 +84,7 @@ class Reader:
     # ids of the time signatures seen so far in this part (their objects live in the score)
     seen_times: set[int] = field(default_factory=set)
     restored_time: bool = False  # the last measure read restated an earlier time object
+    trill_starts: frozenset[int] = frozenset()  # id() of the notes a trill line starts on
 
     def read(self, m: stream.Measure) -> Bar:
         before = self.state
@@ -87,7 +101,9 @@ class Reader:
         if error is None:
             error = self.state_error()
         bar_len = _time_length(self.state.time) if error is None else Fraction(0)
-        return Bar(items, length, start, end, bar_len, error, start != before)
+        left = _barline_kinds(m.leftBarline, self.counts)
+        right = _barline_kinds(m.rightBarline, self.counts)
+        return Bar(items, length, start, end, bar_len, error, start != before, left, right)
 
     def state_error(self) -> str | None:
         if not self.state.clef:
@@ -150,17 +166,25 @@ class Reader:
         Returns the items, their length, and the clef in force after the last item (a clef
         after the last note is not an item: it opens the next bar, through `self.state`).
         """
-        out = BarBuilder(self.state.clef)
+        out = BarBuilder(self.state.clef, self.counts, self.trill_starts)
+        # dynamics by offset: each goes on the note or chord starting there, or the next one
+        dyns = sorted(
+            ((off, el) for off, el in elements if isinstance(el, dynamics.Dynamic)),
+            key=lambda pair: pair[0],
+        )
         for off, el in elements:
             if isinstance(el, harmony.Harmony):
                 self.counts["chord_symbol_removed"] += 1
             elif isinstance(el, note.GeneralNote):
                 if el.duration.isGrace or el.duration.quarterLength == 0:
-                    self.counts["grace_note_removed"] += 1
+                    out.grace(el)
                     continue
                 if off / 4 != out.pos:
                     raise Drop("offset_gap" if off / 4 > out.pos else "overlap")
-                out.add(el)
+                dynamic = None
+                if dyns and dyns[0][0] <= off and not el.isRest:
+                    dynamic = self.dynamic(dyns, off)
+                out.add(el, dynamic)
             elif isinstance(el, clef.Clef) and off > 0:
                 token = clef_token(el)
                 if token != self.state.clef:
@@ -169,7 +193,42 @@ class Reader:
                         raise Drop("unsupported_clef")
                     out.clef(token)
         items = out.finish()
+        if dyns:
+            self.counts["dynamic_without_note_removed"] += len(dyns)
         return items, out.pos, out.clef_at_end
+
+    def dynamic(self, dyns: list[tuple[Fraction, dynamics.Dynamic]], off: Fraction) -> str | None:
+        """The supported dynamic at or before `off` that is nearest to it (taken from `dyns`;
+        of two at one offset, the first); the others there are counted as removed."""
+        found, found_at = None, None
+        while dyns and dyns[0][0] <= off:
+            at, dyn = dyns.pop(0)
+            value = str(dyn.value)
+            token = _DYNAMIC_TOKENS.get(value)
+            if token is None:
+                name = value if value.isalpha() and len(value) <= 6 else "other"
+                self.counts[f"dynamic_{name}_removed"] += 1
+                continue
+            if found is not None:
+                self.counts["dynamic_extra_removed"] += 1
+                if at == found_at:
+                    continue
+            found, found_at = token, at
+        return found
+
+
+def _barline_kinds(line: bar.Barline | None, counts: Counter[str]) -> frozenset[str]:
+    """A music21 bar line as the kinds the canonical text keeps (repeats, double, final)."""
+    if line is None:
+        return frozenset()
+    if isinstance(line, bar.Repeat):
+        return frozenset(("start" if line.direction == "start" else "end",))
+    kind = _BARLINE_KINDS.get(line.type)
+    if kind is not None:
+        return frozenset((kind,))
+    if line.type not in _PLAIN_BARLINES:
+        counts[f"barline_{str(line.type).replace('-', '_')}_removed"] += 1
+    return frozenset()
 
 
 def _replace(state: State, **changes: object) -> State:

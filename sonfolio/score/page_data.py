@@ -34,7 +34,15 @@ import numpy as np
 from PIL import Image
 
 from sonfolio.infer.page import split_page
-from sonfolio.score.canonical import CanonicalError, bar_lengths, validate
+from sonfolio.score.canonical import (
+    BAR_TYPES,
+    MARKINGS,
+    SLUR_END,
+    SLUR_START,
+    CanonicalError,
+    bar_lengths,
+    validate,
+)
 from sonfolio.score.pages import Layout, LayoutUnproven, engrave
 from sonfolio.score.render import RenderSettings, finish
 
@@ -141,17 +149,23 @@ def _leading(bar: list[str]) -> int:
     return k
 
 
+_AFTER_EVENT = frozenset(("}", "\\bar", *MARKINGS, *BAR_TYPES))
+
+
 def _last_event(bar: list[str]) -> int:
-    """Index of the bar's last event token (a closing tuplet brace skipped)."""
+    """Index of the bar's last event token (a closing tuplet brace, its markings and a bar
+    line skipped)."""
     k = len(bar) - 1
-    while k > 0 and bar[k] == "}":
+    while k > 0 and bar[k] in _AFTER_EVENT:
         k -= 1
     return k
 
 
 def untied(parts: _Bars, counts: list[int]) -> tuple[str, int]:
-    """The whole text with the tie at the end of every line but the last removed, and how many
-    ties that removed (LilyPond would draw them as half ties the lines' texts cannot claim)."""
+    """The whole text with every tie and slur across a line break removed, and how many that
+    removed (LilyPond would draw them as open halves the lines' texts cannot claim): the tie
+    at the end of every line but the last, and a slur begun on one line and ended on another
+    (both its ends)."""
     bars = [list(b) for b in parts.bars]
     removed, end = 0, 0
     for n in counts[:-1]:
@@ -161,7 +175,38 @@ def untied(parts: _Bars, counts: list[int]) -> tuple[str, int]:
         if last[k].endswith("~"):
             last[k] = last[k][:-1]
             removed += 1
-    return " ".join(parts.head + " | ".join(" ".join(b) for b in bars).split(" ")), removed
+    line_of = [line for line, n in enumerate(counts) for _ in range(n)]
+    opened: tuple[int, int, int] | None = None  # (line, bar, token) of an open slur's "("
+    for b, bar in enumerate(bars):
+        for i, tok in enumerate(bar):
+            if tok == SLUR_START:
+                opened = (line_of[b], b, i)
+            elif tok == SLUR_END and opened is not None:
+                if opened[0] != line_of[b]:
+                    bars[opened[1]][opened[2]] = bar[i] = ""
+                    removed += 1
+                opened = None
+    text = " | ".join(" ".join(t for t in b if t) for b in bars)
+    return " ".join(parts.head + text.split(" ")), removed
+
+
+def _break_bar_lines(bars: list[list[str]], counts: list[int]) -> list[bool]:
+    """Move the start repeats at line breaks to where a page prints them: `\\bar ".|:"` before
+    the `|` that ends a line opens the next line instead, and `":..:"` there becomes `":|."`
+    at the line's end and `".|:"` at the next line's start. Edits `bars` in place; returns,
+    per line, whether it opens with a start repeat."""
+    opens = [False] * len(counts)
+    end = 0
+    for line, n in enumerate(counts[:-1]):
+        end += n
+        last = bars[end - 1]
+        if len(last) >= 2 and last[-2] == "\\bar" and last[-1] in ('".|:"', '":..:"'):
+            opens[line + 1] = True
+            if last[-1] == '".|:"':
+                del last[-2:]
+            else:
+                last[-1] = '":|."'
+    return opens
 
 
 def lines(text: str, counts: list[int]) -> list[Line]:
@@ -170,9 +215,11 @@ def lines(text: str, counts: list[int]) -> list[Line]:
     parts = take_apart(text)
     if sum(counts) != len(parts.bars) or min(counts) < 1:
         raise ValueError(f"line bar counts {counts} do not cover {len(parts.bars)} bars")
+    bars = [list(b) for b in parts.bars]
+    opens = _break_bar_lines(bars, counts)
     out, start = [], 0
-    for n in counts:
-        seg = parts.bars[start : start + n]
+    for n, repeat in zip(counts, opens, strict=True):
+        seg = bars[start : start + n]
         if start == 0:
             head, first = parts.head, seg[0]
             time = None
@@ -182,6 +229,8 @@ def lines(text: str, counts: list[int]) -> list[Line]:
             if time is None:
                 head.append(f"\\time {parts.time[start]}")
             first = seg[0][_leading(seg[0]) :]
+            if repeat:
+                first = ["\\bar", '".|:"', *first]
         body = " | ".join(" ".join(b) for b in [first, *seg[1:]])
         number = start if parts.pickup else start + 1
         out.append(Line(" ".join([*head, body]), time, number))
@@ -203,6 +252,12 @@ def join_lines(lines: list[tuple[str, str | None]]) -> str:
         if n < len(toks) and toks[n] == "\\time":
             changes += [f"\\time {toks[n + 1]}"] if toks[n + 1] != end[2] else []
             n += 2
+        if toks[n : n + 2] == ["\\bar", '".|:"']:  # the start repeat of the bar line above
+            n += 2
+            if whole.endswith(' \\bar ":|."'):
+                whole = whole[: -len('":|."')] + '":..:"'
+            else:
+                whole += ' \\bar ".|:"'
         whole = " ".join([whole, "|", *changes, *toks[n:]])
         end = _end_state(toks, end)  # each line is scanned once
     return whole

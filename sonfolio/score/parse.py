@@ -1,5 +1,8 @@
 """Music files to music21 scores: MusicXML, kern and ABC (a file of many tunes, tune by tune).
 
+ABC decorations music21 does not read are kept through the parse: `H` (a fermata: music21
+drops the note it marks) and `T` (a trill: dropped) become Fermata and Trill expressions.
+
 A file (or tune) that yields no music raises SourceError with a short reason. With
 score_data.limits given, a file bigger than `max_file_mb` is refused before it is read
 ("too_large": music21 takes ~60x a file's size in memory), and an .mxl's zip is checked
@@ -18,7 +21,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from music21 import converter, stream
+from music21 import articulations, converter, expressions, stream
 
 from sonfolio.score.archives import MB, UnsafeArchive, check_mxl, mxl_caps
 
@@ -35,6 +38,13 @@ SUFFIXES = {
     ".abc": "abc",
 }
 _ABC_TUNE_START = re.compile(r"^X:\s*(\S*)", re.MULTILINE)
+# ABC decorations right before a note or rest (after its accidentals), outside quoted text,
+# `!...!` decorations, inline fields `[K:...]` and comments. music21 reads `M` and `K` (not
+# ABC 2.1's meanings) as tenuto and accent; `H` and `T` are carried through them.
+_ABC_SKIP = r'"[^"\n]*"|![^!\n]*!|\[[A-Za-z]:[^\]\n]*\]|%.*'
+_ABC_DECORATION = re.compile(rf"({_ABC_SKIP})|([HTMK])(?=[=^_]*[A-Ga-gz])")
+_ABC_FIELD_LINE = re.compile(r"^(?:[A-Za-z+]:|%)")
+_ABC_CARRIERS = {"H": "M", "T": "K"}
 
 
 class SourceError(ValueError):
@@ -103,11 +113,13 @@ def pieces_from_file(
     if limits is not None:
         _check_limits(path, limits)
     if fmt == "abc":
-        blocks = abc_tunes(path.read_text(encoding="utf-8", errors="replace"))
+        text = path.read_text(encoding="utf-8", errors="replace")
+        blocks = abc_tunes(text)
         if not blocks:
             raise SourceError(path, "empty", "no tune (no X: line)")
         if len(blocks) > 1:
             return _abc_opus(path, blocks, skipped)
+        return [("", abc_tune_score(path, text))]  # with the file's header, if any
     parsed = _parse(path, lambda: converter.parse(path, format=fmt, forceSource=True))
     if isinstance(parsed, stream.Opus):
         return [(str(k + 1), _require_notes(path, s)) for k, s in enumerate(parsed.scores)]
@@ -144,15 +156,55 @@ def _abc_opus(
     return pieces
 
 
-def abc_tune_score(where: str, block: str) -> stream.Score:
+def abc_tune_score(where: Path | str, block: str) -> stream.Score:
     """Parse one ABC tune (its text from `X:` on); `where` names it in errors.
 
     Raises:
         SourceError: reason "unparsable" or "empty".
     """
+    block, carried = _carry_decorations(block)
     with _without_beaming():
         parsed = _parse(where, lambda: converter.parse(block, format="abc", forceSource=True))
-    return _require_notes(where, _as_score(parsed))
+    score = _require_notes(where, _as_score(parsed))
+    if carried:
+        _restore_decorations(score)
+    return score
+
+
+def _carry_decorations(block: str) -> tuple[str, bool]:
+    """The tune with its `H` and `T` decorations written as music21's `M` and `K`, and whether
+    any was; unchanged when the tune uses `M` or `K` itself (they could not be told apart)."""
+    lines = block.split("\n")
+    found: set[str] = set()
+    for line in lines:
+        if not _ABC_FIELD_LINE.match(line):
+            found.update(m.group(2) for m in _ABC_DECORATION.finditer(line) if m.group(2))
+    if not found & {"H", "T"} or found & {"M", "K"}:
+        return block, False
+
+    def carry(m: re.Match[str]) -> str:
+        return m.group(1) or _ABC_CARRIERS[m.group(2)]
+
+    out = [
+        line if _ABC_FIELD_LINE.match(line) else _ABC_DECORATION.sub(carry, line) for line in lines
+    ]
+    return "\n".join(out), True
+
+
+def _restore_decorations(score: stream.Score) -> None:
+    """Turn the carried decorations back: tenuto into a fermata, accent into a trill."""
+    for el in score.recurse().notesAndRests:
+        if not el.articulations:
+            continue
+        kept = []
+        for a in el.articulations:
+            if type(a) is articulations.Tenuto:
+                el.expressions.append(expressions.Fermata())
+            elif type(a) is articulations.Accent:
+                el.expressions.append(expressions.Trill())
+            else:
+                kept.append(a)
+        el.articulations = kept
 
 
 @contextlib.contextmanager

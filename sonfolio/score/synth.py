@@ -3,8 +3,12 @@
 Folk tunes and chorales give few clefs, keys and rhythms; this fills the gaps: every clef in
 `CLEFS`, all 15 key signatures (music in 30 major and minor keys, written by signature), many
 time signatures, dense rhythms (16ths, 32nds, dots, ties,
-tuplets), ledger lines, chords, rests, accidentals beyond the key, pickups, and clef, key and
-time changes inside a system. Every text passes `canonical.validate` (checked here).
+tuplets), beamed runs of 16ths and 32nds that climb onto ledger lines, chords, rests,
+accidentals beyond the key, pickups, and clef, key and time changes inside a system; and every
+marking of canonical format 3: articulations (often a whole bar of staccato, accents or
+tenuto), a dynamic every few bars, slurs over 2-8 notes, rare fermatas and trills, grace
+notes now and then, repeat, double and final bar lines. Every text passes `canonical.validate`
+(checked here).
 
 Systems come in pieces of `SYSTEMS_PER_PIECE` that share a clef, key and time and continue
 each other, so a split by piece keeps a piece's systems together. As on a page, only a piece's
@@ -18,19 +22,25 @@ from __future__ import annotations
 import functools
 import logging
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 
 from sonfolio.score.canonical import (
+    ARTICULATIONS,
     CLEFS,
     KEYS,
     MAJOR_TONICS,
+    MAX_DOWN_OCTAVES,
+    MAX_GRACE_EVENTS,
+    MAX_UP_OCTAVES,
     MINOR_TONICS,
     TIMES,
     System,
     duration_token,
+    marking_tokens,
     partial_token,
     pitch_name,
+    symbols,
     validate,
 )
 
@@ -59,6 +69,9 @@ _BOTTOM_LINE = {
     "baritone": 20,
 }
 _LEDGER_STEPS = 8  # up to four ledger lines below the bottom line or above the top line
+_RUN_LEDGER_STEPS = 11  # a run climbs up to five ledger lines (and a space) off the staff
+# the pitches a text can spell, diatonically: c,,,, (4 octave marks down) to b''''' (5 up)
+_LOWEST, _HIGHEST = (3 - MAX_DOWN_OCTAVES) * 7, (3 + MAX_UP_OCTAVES) * 7 + 6
 _SHARP_ORDER = "fcgdaeb"
 
 # Rhythm patterns for one beat of length L, as fractions of L (written = sounding). Weights
@@ -98,11 +111,48 @@ _COMPOUND_TUPLETS = (
 )
 
 
+# Markings (canonical format 3), at rates meant to look like printed parts.
+_ARTICULATION_ORDER = {a: k for k, a in enumerate(ARTICULATIONS)}
+# per bar: no style, or most of its notes staccato, tenuto or accented (a run of them)
+_BAR_STYLES = ((75, None), (13, "-."), (6, "--"), (6, "->"))
+_STYLE_SHARE = 0.85  # notes of a styled bar that carry its articulation
+_SPORADIC = 0.05  # any other note: one articulation now and then
+_SPORADIC_MARKS = ((6, "-."), (4, "->"), (3, "--"), (2, "-^"), (1, "\\trill"))
+_FERMATA = 0.002  # any event (a rest too)
+_END_FERMATA = 0.3  # a piece's last event
+_DYNAMIC_BAR = 0.12  # bars whose first note gets a dynamic
+_DYNAMICS = (
+    (1, "\\ppp"), (3, "\\pp"), (5, "\\p"), (4, "\\mp"), (5, "\\mf"), (5, "\\f"), (3, "\\ff"),
+    (2, "\\fff"), (1, "\\fp"), (1, "\\sf"), (1, "\\sfp"), (2, "\\sfz"), (1, "\\fz"),
+    (1, "\\rfz"),
+)  # fmt: skip
+_ACCENT_DYNAMIC = 0.008  # a lone \\sfz or \\fp on any note
+_SLUR = 0.1  # chance that a note with no slur open starts one (over 2-8 events)
+_GRACE = 0.02  # plain notes (not in a tuplet, not a tie's end) ornamented by grace notes
+# A system stops taking bars once it holds this many symbols (median of the real sources' 4-bar
+# systems: about 25; the CTC head reads at most 80 tokens)
+_LINE_SYMBOLS = 28
+_RUN = 0.06  # a beat that starts a run of 16ths or 32nds (1 to 4 beats long)
+# bar lines: after the header, between bars, at a system's end, at a piece's end
+_OPEN_REPEAT = 0.08
+_INNER_BAR = 0.03
+_INNER_BARS = ((3, '":|."'), (2, '".|:"'), (2, '":..:"'), (3, '"||"'), (1, '"|."'))
+_END_BAR = 0.12
+_END_BARS = ((3, '":|."'), (2, '"||"'), (1, '"|."'))
+_LAST_BARS = ((6, '"|."'), (2, '":|."'), (2, None))
+
+
 @dataclass
 class _Note:
     length: str  # duration token
     pitches: list[str]  # spelled pitch names, ascending; [] for a rest
     tie: bool = False
+    marks: list[str] = field(default_factory=list)  # articulations, fermata, trill
+    dynamic: str | None = None
+    slur_start: bool = False
+    slur_end: bool = False
+    graces: str | None = None  # a grace group written right before the note
+    attack: bool = True  # False for the end of a tie (no articulation, no dynamic)
 
 
 @dataclass
@@ -115,6 +165,11 @@ class _Piece:
     time: str
     height: int = 0  # diatonic index of the melody's current pitch
     tie_next: list[str] | None = None  # pitches the next event must repeat (a tie)
+    style: str | None = None  # the current bar's articulation (a bar of staccato...)
+    run: int = 0  # direction of the run of short notes being written (+1 up, -1 down)
+    run_left: Fraction = Fraction(0)  # how much of that run is still to come
+    run_note: Fraction = Fraction(0)  # its note value
+    dynamic: str | None = None  # the last dynamic written
 
     def set_clef(self, clef: str) -> None:
         self.clef = clef
@@ -159,10 +214,12 @@ def _piece_texts(k: int, seed: int, count: int, bars: int) -> list[tuple[str, st
     number = 1  # LilyPond's bar number: a pickup bar is bar 0
     for i in range(count):
         pickup = i == 0 and rng.random() < 0.4
-        short_end = i == SYSTEMS_PER_PIECE - 1 and rng.random() < 0.4
+        last = i == SYSTEMS_PER_PIECE - 1  # the piece's last line (not `count`'s: prefixes)
+        short_end = last and rng.random() < 0.4
         time = None if i == 0 else piece.time
-        out.append((_system(piece, bars, pickup, short_end, time is None), time, number))
-        number += bars
+        text, written = _system(piece, bars, pickup, short_end, time is None, last)
+        out.append((text, time, number))
+        number += written
     return out
 
 
@@ -172,7 +229,13 @@ def _key_text(key: tuple[str, str]) -> str:
     return f"\\key {MAJOR_TONICS[sharps + 7]} \\major"
 
 
-def _system(piece: _Piece, bars: int, pickup: bool, short_end: bool, print_time: bool) -> str:
+def _system(
+    piece: _Piece, bars: int, pickup: bool, short_end: bool, print_time: bool, last: bool
+) -> tuple[str, int]:
+    """One system's text and how many bars it holds: `bars`, or fewer where the music is
+    dense (a page's line holds fewer bars of 32nds than of quarters, and the model reads a
+    system in `_LINE_SYMBOLS`-ish symbols: its CTC head has one column per 8 px)."""
+    rng = piece.rng
     head = [f"\\clef {piece.clef}", _key_text(piece.key)]
     if print_time:
         head.append(f"\\time {piece.time}")
@@ -181,14 +244,48 @@ def _system(piece: _Piece, bars: int, pickup: bool, short_end: bool, print_time:
         length = _pickup_length(piece)
         head.append(f"\\partial {partial_token(length)}")
         items += _bar(piece, length)
+    if rng.random() < _OPEN_REPEAT:
+        head.append('\\bar ".|:"')  # a line that opens a repeated section
     for b in range(bars):
         if items:
+            if rng.random() < _INNER_BAR:
+                items.append(f"\\bar {_weighted(rng, _INNER_BARS)[1]}")
             items.append("|")
             items += _bar_changes(piece)
         measure = _time_value(piece.time)
         length = _short_length(piece) if short_end and b == bars - 1 else measure
         items += _bar(piece, length)
-    return " ".join(head + _render(items))
+        if b < bars - 1 and len(symbols(" ".join(_render(items)))) >= _LINE_SYMBOLS:
+            bars = b + 1  # dense: the line ends here
+            break
+    piece.run_left = Fraction(0)  # a run ends with its line
+    notes = [it for it in items if isinstance(it, _Note)]
+    if last and rng.random() < _END_FERMATA and "\\fermata" not in notes[-1].marks:
+        notes[-1].marks.append("\\fermata")
+    _slurs(piece, notes)
+    end = _weighted(rng, _LAST_BARS)[1] if last else None
+    if not last and rng.random() < _END_BAR:
+        end = _weighted(rng, _END_BARS)[1]
+    if end is not None:
+        items.append(f"\\bar {end}")
+    return " ".join(head + _render(items)), bars
+
+
+def _slurs(piece: _Piece, notes: list[_Note]) -> None:
+    """Slurs over 2-8 events, one at a time, each from a note or chord to a later one of the
+    line (a slur may end where the next begins)."""
+    rng = piece.rng
+    i = 0
+    while i < len(notes) - 1:
+        if notes[i].pitches and rng.random() < _SLUR:
+            j = min(i + rng.randint(1, 7), len(notes) - 1)
+            while j > i and not notes[j].pitches:
+                j -= 1
+            if j > i:
+                notes[i].slur_start = notes[j].slur_end = True
+                i = j  # the last note may start the next slur
+                continue
+        i += 1
 
 
 def _time_value(time: str) -> Fraction:
@@ -238,25 +335,51 @@ def _bar_changes(piece: _Piece) -> list[str]:
 
 
 def _bar(piece: _Piece, length: Fraction) -> list[_Note | str]:
-    """Events filling `length`: beats, sometimes merged, sometimes with a clef change between."""
+    """Events filling `length`: beats, sometimes merged, sometimes with a clef change between,
+    sometimes runs of 16ths or 32nds; the bar's articulation style, maybe a dynamic."""
     beat, compound = _beat(piece.time)
     rng, items = piece.rng, []
     # Density per bar: the shortest value as a share of the beat. Dense bars are the point,
     # but a system of nothing else is slow to engrave and unreadable at image size.
     finest = rng.choices((Fraction(1, 2), Fraction(1, 4), Fraction(1, 8)), weights=(3, 4, 3))[0]
+    piece.style = _weighted(rng, _BAR_STYLES)[1]
     left = length
     while left > 0:
         span = min(beat, left)
-        if left == length and rng.random() < 0.08 and duration_token(left):
-            span = left  # one long value for the whole bar
-        elif left >= 2 * beat and rng.random() < 0.2 and duration_token(2 * beat):
-            span = 2 * beat
+        if piece.run_left <= 0 and rng.random() < _RUN:
+            piece.run_note = rng.choices((Fraction(1, 16), Fraction(1, 32)), weights=(3, 1))[0]
+            piece.run = rng.choice((-1, 1))
+            piece.run_left = beat * rng.randint(1, 4)
+        run = _run(piece, span) if piece.run_left > 0 else []
+        if not run:
+            if left == length and rng.random() < 0.08 and duration_token(left):
+                span = left  # one long value for the whole bar
+            elif left >= 2 * beat and rng.random() < 0.2 and duration_token(2 * beat):
+                span = 2 * beat
         if items and rng.random() < 0.015:
             piece.set_clef(rng.choice([c for c in CLEFS if c != piece.clef]))
             items.append(f"\\clef {piece.clef}")
-        items += _span(piece, span, compound and span == beat, beat * finest)
+        items += run or _span(piece, span, compound and span == beat, beat * finest)
         left -= span
+    if rng.random() < _DYNAMIC_BAR:
+        first = next((it for it in items if isinstance(it, _Note) and it.attack), None)
+        if first is not None and first.pitches:
+            first.dynamic = _weighted(rng, [d for d in _DYNAMICS if d[1] != piece.dynamic])[1]
+            piece.dynamic = first.dynamic
     return items
+
+
+def _run(piece: _Piece, span: Fraction) -> list[_Note | str]:
+    """A beat of the run in progress: equal short notes moving by step ([] where the beat is
+    not a whole number of them, which ends the run)."""
+    count = span / piece.run_note
+    if count.denominator != 1 or not 2 <= count <= 12:
+        piece.run_left = Fraction(0)
+        return []
+    token = duration_token(piece.run_note)
+    notes: list[_Note | str] = [_event(piece, token, run=True) for _ in range(int(count))]
+    piece.run_left -= span
+    return notes
 
 
 def _span(piece: _Piece, span: Fraction, compound: bool, finest: Fraction) -> list[_Note | str]:
@@ -277,8 +400,9 @@ def _span(piece: _Piece, span: Fraction, compound: bool, finest: Fraction) -> li
         if _fits(span, p, shortest)
     ]
     if not patterns:  # a span no pattern divides (a lone 64th): one value
-        return [_event(piece, duration_token(span))]
-    return [_event(piece, duration_token(span * v)) for v in _weighted(rng, patterns)[1]]
+        return [_event(piece, duration_token(span), grace=True)]
+    values = _weighted(rng, patterns)[1]
+    return [_event(piece, duration_token(span * v), grace=True) for v in values]
 
 
 @functools.cache  # pure, and called ~130 times a system: Fraction arithmetic is slow
@@ -298,30 +422,92 @@ def _weighted(rng: random.Random, choices: list) -> tuple:
     return rng.choices(choices, weights=[c[0] for c in choices])[0]
 
 
-def _event(piece: _Piece, length: str | None) -> _Note:
+def _event(piece: _Piece, length: str | None, run: bool = False, grace: bool = False) -> _Note:
+    """A note, chord or rest with its markings; `run`: a note of a run (by step, rarely a rest
+    or chord); `grace`: grace notes may ornament it (not in a tuplet)."""
     assert length is not None  # guaranteed by _fits
     rng = piece.rng
     forced, piece.tie_next = piece.tie_next, None
     roll = rng.random()
-    if roll < 0.12 and forced is None:
-        return _Note(length, [])
-    pitches = forced or _pitches(piece, chord=roll > 0.86)
-    tie = rng.random() < 0.1
+    if roll < (0.02 if run else 0.12) and forced is None:
+        rest = _Note(length, [])
+        if rng.random() < _FERMATA:
+            rest.marks.append("\\fermata")
+        return rest
+    pitches = forced or _pitches(piece, chord=roll > (0.98 if run else 0.86), run=run)
+    tie = rng.random() < (0.02 if run else 0.1)
     if tie:
         piece.tie_next = pitches
-    return _Note(length, pitches, tie)
+    note = _Note(length, pitches, tie, attack=forced is None)
+    if note.attack:
+        _articulate(piece, note)
+        if grace and rng.random() < _GRACE:
+            note.graces = _graces(piece)
+    return note
 
 
-def _pitches(piece: _Piece, chord: bool) -> list[str]:
-    """The melody's next pitch (a walk that sometimes leaps onto ledger lines), or a chord on it."""
+def _articulate(piece: _Piece, note: _Note) -> None:
+    """The bar's style on most notes, else an articulation now and then; rare fermatas and
+    lone accents (\\sfz, \\fp)."""
+    rng = piece.rng
+    marks = set()
+    if piece.style is not None and rng.random() < _STYLE_SHARE:
+        marks.add(piece.style)
+    elif rng.random() < _SPORADIC:
+        marks.add(_weighted(rng, _SPORADIC_MARKS)[1])
+    if "-." in marks and rng.random() < 0.1:
+        marks.add("->")
+    if rng.random() < _FERMATA:
+        marks.add("\\fermata")
+    note.marks = sorted(marks, key=_ARTICULATION_ORDER.__getitem__)
+    if rng.random() < _ACCENT_DYNAMIC:
+        note.dynamic = rng.choice(("\\sfz", "\\fp", "\\sf", "\\fz"))
+
+
+def _graces(piece: _Piece) -> str:
+    """1-4 grace notes leading to the note just drawn (`piece.height`): one slashed or plain
+    note a step off, or a short scale into it; now and then a grace chord."""
+    rng = piece.rng
+    count = rng.choices(range(1, MAX_GRACE_EVENTS + 1), weights=(8, 4, 2, 1))[0]
+    slashed = rng.random() < (0.6 if count == 1 else 0.1)
+    length = rng.choice(("8", "16")) if count == 1 else rng.choice(("16", "16", "32"))
+    if count == 1:
+        heights = [piece.height + rng.choice((-1, 1, 1, 2))]
+    else:
+        way = rng.choice((-1, 1))
+        heights = [piece.height - way * (count - k) for k in range(count)]
+    events = []
+    for h in heights:
+        h = max(_LOWEST, min(_HIGHEST - 2, h))
+        if rng.random() < 0.06:
+            events.append(f"<{_spell(piece, h)} {_spell(piece, h + 2)}>{length}")
+        else:
+            events.append(f"{_spell(piece, h)}{length}")
+    command = "\\acciaccatura" if slashed else "\\grace"
+    return " ".join([command, "{", *events, "}"])
+
+
+def _pitches(piece: _Piece, chord: bool, run: bool = False) -> list[str]:
+    """The melody's next pitch (a walk that sometimes leaps onto ledger lines; a run goes by
+    step, up to five ledger lines off the staff), or a chord on it."""
     rng = piece.rng
     bottom = _BOTTOM_LINE[piece.clef]
-    low, high = bottom - _LEDGER_STEPS, bottom + 8 + _LEDGER_STEPS
-    if rng.random() < 0.07:
-        piece.height = rng.choice([rng.randint(low, bottom - 2), rng.randint(bottom + 10, high)])
+    if run:
+        low = max(_LOWEST, bottom - _RUN_LEDGER_STEPS)
+        high = min(_HIGHEST - 9, bottom + 8 + _RUN_LEDGER_STEPS)
+        step = piece.run * rng.choice((1, 1, 1, 2))
+        if not low <= piece.height + step <= high or rng.random() < 0.08:
+            piece.run, step = -piece.run, -step  # turn back (and at the range's ends)
+        piece.height += step
     else:
-        toward_staff = 1 if piece.height < bottom else -1 if piece.height > bottom + 8 else 0
-        piece.height += rng.choice((-2, -1, -1, 0, 1, 1, 2, 3, -3)) + toward_staff
+        low, high = bottom - _LEDGER_STEPS, bottom + 8 + _LEDGER_STEPS
+        if rng.random() < 0.07:
+            piece.height = rng.choice(
+                [rng.randint(low, bottom - 2), rng.randint(bottom + 10, high)]
+            )
+        else:
+            toward_staff = 1 if piece.height < bottom else -1 if piece.height > bottom + 8 else 0
+            piece.height += rng.choice((-2, -1, -1, 0, 1, 1, 2, 3, -3)) + toward_staff
     piece.height = max(low, min(high, piece.height))
     heights = [piece.height]
     if chord:
@@ -359,7 +545,8 @@ def _key_alterations(key: tuple[str, str]) -> dict[str, int]:
 
 
 def _render(items: list[_Note | str]) -> list[str]:
-    """Tokens; a tie stays only where the next event repeats the pitches (not a rest or the end)."""
+    """Tokens; a tie stays only where the next event repeats the pitches (not a rest or the end).
+    Each event is followed by its markings; its grace group goes before it."""
     out = []
     notes = [i for i, it in enumerate(items) if isinstance(it, _Note)]
     following = dict(zip(notes, notes[1:], strict=False))
@@ -369,9 +556,13 @@ def _render(items: list[_Note | str]) -> list[str]:
             continue
         if not it.pitches:
             out.append(f"r{it.length}")
+            out += it.marks
             continue
         nxt = following.get(i)
         tie = it.tie and nxt is not None and items[nxt].pitches == it.pitches
         body = it.pitches[0] if len(it.pitches) == 1 else f"<{' '.join(it.pitches)}>"
+        if it.graces is not None:
+            out.append(it.graces)
         out.append(f"{body}{it.length}{'~' if tie else ''}")
+        out += marking_tokens(it.marks, it.dynamic, it.slur_end, it.slur_start)
     return out

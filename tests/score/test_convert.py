@@ -167,16 +167,20 @@ def test_folk_abc_tunes_with_pickup_and_triplet(tmp_path: Path) -> None:
     for suffix, score in pieces:
         systems, dropped = systems_from_score(score, f"oneills/{suffix}", 4)
         systems_by_tune[suffix], dropped_by_tune[suffix] = systems, dropped
-    # ABC's `-` between two pitches (a slur mark in these transcriptions) is no tie.
+    # ABC's `-` between two pitches (a slur mark in these transcriptions) is no tie; the
+    # double bar that splits a measure ("d6 || A2 |") has no place in the merged bar.
     assert dropped_by_tune["2"] == Counter(
-        {"broken_tie_removed": 32, "grace_note_removed": 1, "split_measure_merged": 1}
+        {"broken_tie_removed": 32, "split_measure_merged": 1, "barline_mid_bar_removed": 1}
     )
     # "Fare You Well" opens on a two-sixteenth pickup and has a triplet in its second line.
     fare = systems_by_tune["2"]
     assert fare[0].text.startswith(
         r"\clef treble \key d \major \time 2/4 \partial 8 fis''16 g''16 |"
     )
-    assert r"\tuplet 3/2 { a'8 g'8 fis'8 }" in fare[1].text
+    # ABC's `(3(A2G2F2)`: a triplet under a slur; `{e}=f4`: a grace note
+    assert r"\tuplet 3/2 { a'8 ( g'8 fis'8 ) }" in fare[1].text
+    assert r"| \acciaccatura { e''16 } f''4 e''8. cis''16 |" in fare[3].text
+    assert fare[-1].text.endswith(r"d''4. \bar " + '"||"')
     assert all(r"\partial" not in s.text for s in fare[1:])
     assert_clean([s for v in systems_by_tune.values() for s in v], tmp_path / "ly")
 
@@ -214,10 +218,16 @@ def test_bach_chorale_parts(tmp_path: Path) -> None:
     firsts = [s.text for s in systems if r"\partial" in s.text]
     # F-sharp minor is written by its signature (canonical format 2)
     assert len(firsts) == 4 and all(r"\key a \major \time 4/4 \partial 4" in t for t in firsts)
+    # the phrase ends carry their fermatas
     assert systems[0].text == (
-        r"\clef treble \key a \major \time 4/4 \partial 4 cis''8 b'8 | a'4 b'4 cis''4 e''4 | "
-        r"cis''4 b'4 a'4 cis''4 | a'8 b'8 gis'4 fis'4 a'4 | b'4 b'4 fis'4 e'4"
+        r"\clef treble \key a \major \time 4/4 \partial 4 cis''8 b'8 | a'4 b'4 cis''4 \fermata "
+        r"e''4 | cis''4 b'4 a'4 \fermata cis''4 | a'8 b'8 gis'4 fis'4 \fermata a'4 | "
+        r"b'4 b'4 fis'4 e'4"
     )
+    # this encoding marks the fermatas on the soprano only (6 phrase ends)
+    assert [s.text.count(r"\fermata") for s in systems[:3]] == [3, 2, 1]
+    assert not any(r"\fermata" in s.text for s in systems[3:])
+    assert all(s.text.endswith(r'\bar "|."') for s in systems if s.index % 3 == 2)
     assert any("~" in s.text for s in systems)
     assert_clean(systems, tmp_path)
 
@@ -274,14 +284,15 @@ def test_overfull_measure_and_multi_voice_are_dropped() -> None:
 
 
 def test_grace_notes_and_broken_ties_are_removed_and_counted() -> None:
-    grace = n("B4").getGrace()
+    grace = n("B4").getGrace()  # before a rest: it ornaments nothing the grammar can say
     bars = [
-        measure(grace, n("C5", 2, "start"), n("D5", 2, "stop")),  # a "tie" between two pitches
+        # a "tie" between two pitches
+        measure(grace, note.Rest(), n("C5", 1, "start"), n("D5", 2, "stop")),
         measure(n("E5", 4, "start")),  # tied into the next system: LilyPond would not draw it
         measure(n("E5", 4, "stop")),
     ]
     systems, dropped = systems_from_score(score_of(part_of(bars)), "x", bars_per_system=2)
-    assert [s.text for s in systems] == [rf"{HEAD} c''2 d''2 | e''1", rf"{CONT} e''1"]
+    assert [s.text for s in systems] == [rf"{HEAD} r4 c''4 d''2 | e''1", rf"{CONT} e''1"]
     assert dropped == Counter({"grace_note_removed": 1, "broken_tie_removed": 1})
 
 

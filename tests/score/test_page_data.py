@@ -63,6 +63,49 @@ def test_a_part_joined_back_from_its_lines_is_the_text_engraved() -> None:
         assert join_lines([(x.text, x.time) for x in cut]) == text
 
 
+def _bar(kind: str) -> str:
+    return rf'\bar "{kind}"'
+
+
+MARKED = (
+    rf"{H} \partial 4 {_bar('.|:')} g'4 ( | c''2 -. \p d''4 ) {_bar(':..:')} | "
+    rf"e''2. \fermata {_bar('.|:')} | \acciaccatura {{ g''8 }} f''4 ( e''4 d''4 {_bar(':|.')} | "
+    rf"c''2. ) {_bar('|.')}"
+)
+
+
+def test_repeat_bar_lines_at_a_break_are_where_the_page_prints_them() -> None:
+    validate(MARKED)
+    text, removed = untied(take_apart(MARKED), [2, 1, 2])
+    assert removed == 0 and text == MARKED  # both slurs lie within a line
+    out = lines(text, [2, 1, 2])
+    head = r"\clef treble \key c \major"
+    assert [(x.text, x.time, x.bar) for x in out] == [
+        # ":..:" at a break: an end repeat closes the line, a start repeat opens the next
+        (rf"{H} \partial 4 {_bar('.|:')} g'4 ( | c''2 -. \p d''4 ) {_bar(':|.')}", None, 0),
+        # ".|:" at a break: a plain bar line ends the line, the next one opens with the repeat
+        (rf"{head} {_bar('.|:')} e''2. \fermata", "3/4", 2),
+        (
+            rf"{head} {_bar('.|:')} \acciaccatura {{ g''8 }} f''4 ( e''4 d''4 {_bar(':|.')} | "
+            rf"c''2. ) {_bar('|.')}",
+            "3/4",
+            3,
+        ),
+    ]
+    for line in out:
+        validate(line.text, line.time)
+    assert join_lines([(x.text, x.time) for x in out]) == text
+
+
+def test_a_slur_across_a_line_break_is_removed_at_both_ends() -> None:
+    text, removed = untied(take_apart(MARKED), [1, 2, 2])
+    assert removed == 1
+    assert "g'4 | c''2 -. \\p d''4 \\bar" in text  # the slur over bars 0-1 is gone
+    assert "f''4 ( e''4" in text  # the one within the last line stays
+    for line in lines(text, [1, 2, 2]):
+        validate(line.text, line.time)
+
+
 def test_line_counts_need_lines_that_fall_on_bar_lines() -> None:
     lengths = bar_lengths(PIECE)
     assert lengths == [Fraction(1, 4), Fraction(3, 4), Fraction(3, 4), Fraction(1, 2)] + [

@@ -1,4 +1,5 @@
-"""The synthetic generator: deterministic, covers the grammar, and LilyPond agrees with it."""
+"""The synthetic generator: deterministic, covers the grammar (markings included), and LilyPond
+agrees with it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from sonfolio.score.canonical import (
+    BAR_TYPES,
     CLEFS,
+    DYNAMICS,
     KEYS,
     TIMES,
     header_time,
@@ -74,6 +77,41 @@ def test_covers_clefs_keys_and_rhythms(systems) -> None:
     assert any(re.search(r"[\d.~}] \\clef ", s.text) for s in systems)
 
 
+def test_covers_every_marking_and_dense_runs(systems) -> None:
+    """Every format 3 marking appears many times; runs of 16ths and 32nds reach ledger lines."""
+    found = Counter(tok for s in systems for tok in s.text.split(" "))
+    for tok in ("-.", "--", "->", "-^", r"\fermata", r"\trill", "(", ")"):
+        assert found[tok] >= 10, tok
+    assert found[r"\grace"] >= 10 and found[r"\acciaccatura"] >= 10
+    for tok in DYNAMICS:
+        assert found[tok] >= 1, tok  # every dynamic (the rarest drawn ~1 in 600 systems)
+    for line in BAR_TYPES:
+        assert found[line] >= 3, line
+    text = " ".join(s.text for s in systems)
+    # lines opening with a start repeat, lines ending with an end repeat or a final bar
+    assert sum(bool(re.match(r'[^|]*\\bar "\.\|:"', s.text)) for s in systems) >= 10
+    assert sum(s.text.endswith((r'\bar ":|."', r'\bar "|."')) for s in systems) >= 10
+    # articulation runs: four notes in a row marked staccato
+    assert len(re.findall(r"(?:\S+[0-9.~] -\. (?:\S+ )?){4}", text)) >= 10
+    # grace groups of 1-4 notes, grace chords among them
+    assert re.search(r"\\(grace|acciaccatura) \{ <", text)
+    assert max(len(g.split(" ")) for g in re.findall(r"\\grace \{ ([^}]*) \}", text)) >= 4
+    # beamed runs: 8 sixteenths or 32nds in a row (markings between), some far off the staff
+    run = r"(?:[a-g](?:is|es)*[',]*(?:16|32) (?:[-()\\a-z.^>]+ )*){8}"
+    runs = re.findall(run, text)
+    assert len(runs) >= 20
+    assert any(re.search(r"''''|,,,", r) for r in runs)
+
+
+def test_many_seeds_and_system_lengths_validate() -> None:
+    """`synth_systems` validates every text it makes (a failure raises): many seeds, and
+    systems of 1 to 6 bars, with every marking among them."""
+    for seed in range(12):
+        synth_systems(160, seed=seed, bars_per_system=4)
+    for bars in (1, 2, 3, 6):
+        synth_systems(80, seed=bars, bars_per_system=bars)
+
+
 def test_every_system_is_canonical(systems) -> None:
     assert all(is_canonical(s.text, s.time) for s in systems)
     assert len({s.text for s in systems}) == N
@@ -96,6 +134,24 @@ def test_only_a_piece_first_system_prints_its_time_as_on_a_page(systems) -> None
 @pytest.mark.slow
 def test_lilypond_compiles_them_without_warnings(systems, tmp_path: Path) -> None:
     sample = systems[:: max(1, N // 120)]  # ~120 systems: every clef, key and time among them
+    settings = [Setting(s.time, s.bar) for s in sample]
+    texts = [s.text for s in sample]
+    result = compile_systems(texts, tmp_path, find_lilypond(), render=False, settings=settings)
+    assert result.returncode == 0, result.log[-2000:]
+    assert {s.text: w for s, w in zip(sample, result.warnings, strict=True) if w} == {}
+
+
+@pytest.mark.slow
+def test_lilypond_compiles_markings_of_other_seeds(tmp_path: Path) -> None:
+    """Systems of other seeds with grace groups, a start repeat after the header, and an end
+    bar line after a run of 32nds."""
+    sample = []
+    for seed in range(1, 6):
+        made = synth_systems(80, seed=seed, bars_per_system=4)
+        sample += [s for s in made if re.search(r"\\(grace|acciaccatura) ", s.text)][:4]
+        sample += [s for s in made if re.match(r'[^|]*\\bar "\.\|:"', s.text)][:2]
+        sample += [s for s in made if s.text.endswith('"') and "32" in s.text][:2]
+    assert len(sample) >= 30
     settings = [Setting(s.time, s.bar) for s in sample]
     texts = [s.text for s in sample]
     result = compile_systems(texts, tmp_path, find_lilypond(), render=False, settings=settings)
