@@ -131,7 +131,7 @@ _SLUR = 0.1  # chance that a note with no slur open starts one (over 2-8 events)
 _GRACE = 0.02  # plain notes (not in a tuplet, not a tie's end) ornamented by grace notes
 # A system stops taking bars once it holds this many symbols (median of the real sources' 4-bar
 # systems: about 25; the CTC head reads at most 80 tokens)
-_LINE_SYMBOLS = 28
+_LINE_SYMBOLS = 36
 _RUN = 0.06  # a beat that starts a run of 16ths or 32nds (1 to 4 beats long)
 # bar lines: after the header, between bars, at a system's end, at a piece's end
 _OPEN_REPEAT = 0.08
