@@ -33,6 +33,7 @@ R = TypeVar("R")
 
 _STOP_GRACE_S = 2.0  # a worker asked to stop (SIGTERM) is killed (SIGKILL) after this
 _PARENT_CHECK_S = 1.0  # an idle worker checks this often that the stage is still alive
+_SIGNAL_CHECK_S = 0.5  # the supervisor's longest wait, so a stop request is acted on
 
 
 class WorkerLost(RuntimeError):
@@ -198,8 +199,12 @@ def _supervise(
             busy = [w for w in pool if w.job is not None]
             if not busy:
                 continue
-            nearest = min(w.deadline for w in busy)  # inf: no time limit, wait for any
-            timeout = None if nearest == float("inf") else max(0.0, nearest - time.monotonic())
+            nearest = min(w.deadline for w in busy)  # inf: no time limit
+            # Never block longer than _SIGNAL_CHECK_S: a Ctrl-C the kernel hands to another
+            # thread (rich's refresh thread) only sets Python's flag, and the main thread runs
+            # the handler (KeyboardInterrupt) once its wait returns. Unbounded, the stage sat
+            # out a whole time limit after Ctrl-C (tests/hostile/test_data_stage.py).
+            timeout = min(_SIGNAL_CHECK_S, max(0.0, nearest - time.monotonic()))
             wait([w.conn for w in busy] + [w.process.sentinel for w in busy], timeout)
             for k, w in enumerate(pool):
                 outcome = _collect(w, lost)
