@@ -160,6 +160,13 @@ def _work(conn: Connection, fn: Callable[[Any], Any], parent: int) -> None:
                 conn.send(("error", RuntimeError(f"{type(exc).__name__}: {exc}"), remote))
 
 
+def worker_signals() -> None:
+    """For a worker process of another pool (the constrained search's): Ctrl-C is left to the
+    parent, which stops it, and the kernel stops it when the parent dies."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _term_with_parent()
+
+
 def _term_with_parent() -> None:
     """Linux: have the kernel send this worker SIGTERM when the stage dies, even by SIGKILL and
     in the middle of an item (the idle check below cannot see that). There is no Python API

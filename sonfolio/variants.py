@@ -88,6 +88,8 @@ class Variant:
     # constrained decoding's outcomes so far (see `generate`)
     decode_stats: Counter = field(default_factory=Counter, repr=False)
     _vocab: Any = field(default=None, repr=False)  # the tokenizer's pieces, made on first use
+    # processes the constrained CTC searches of a batch are spread over (1: this one)
+    search_workers: int = 1
 
     @property
     def model(self) -> Any:
@@ -166,7 +168,14 @@ class Variant:
         vocab, stats = self._vocab, self.decode_stats
         if ctc.decodes_with_ctc(self.config):
             blank = self.config.pad_token_id
-            decode = partial(cs.ctc_decode, vocab=vocab, blank=blank, times=times, stats=stats)
+            decode = partial(
+                cs.ctc_decode,
+                vocab=vocab,
+                blank=blank,
+                times=times,
+                stats=stats,
+                workers=self.search_workers,
+            )
             if self.kind == "torch":
                 logits = ctc.logits(self.model, inputs).float().cpu().numpy()
                 ids = decode(logits, limit=new)
@@ -504,9 +513,11 @@ def evaluate_all(
     threads: int | None,
     splits: dict[str, list[dict]],
     evaluate: Callable[[Variant, str, list[dict]], dict[str, Any]],
+    search_workers: int = 1,
 ) -> dict[str, dict]:
     """`evaluate(variant, split, rows)` for every variant folder and split, one model in
     memory at a time: {variant name: {"kind", "folder", "device", "splits": {split: metrics}}}.
+    `search_workers`: each variant's `search_workers`.
 
     Raises:
         VariantError: a folder cannot be loaded, or holds a model of the other track.
@@ -516,6 +527,7 @@ def evaluate_all(
         v = load(folder, threads=threads)
         if v.track != track:
             raise VariantError(f"{folder} is a {v.track} model, not a {track} model")
+        v.search_workers = search_workers
         entry = {"kind": v.kind, "folder": str(folder), "device": v.device, "splits": {}}
         if v.kind != "torch" and (weights := cpu.int8_weight_range(folder)):
             entry["int8_weights"] = weights

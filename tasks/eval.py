@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 from rich.progress import Progress
 
-from sonfolio import tracks, variants
+from sonfolio import parallel, tracks, variants
 from sonfolio.config.eval import EvalParams, ScoreEval, SpeechEval
 from sonfolio.config.sections import load_sections
 from sonfolio.evaluation import Decoded
@@ -145,7 +145,9 @@ def run(
             return _round(m)
 
         every = variant_dirs + (baselines or [])
-        per_variant = variants.evaluate_all(every, track.name, cfg.threads, splits, one)
+        # a track whose section has `search_workers` spreads its constrained searches
+        workers = parallel.worker_count(getattr(cfg, "search_workers", 1))
+        per_variant = variants.evaluate_all(every, track.name, cfg.threads, splits, one, workers)
     result = variants.quality_results(
         per_variant,
         variant_dirs[0].name,

@@ -30,6 +30,8 @@ class ScoreEval(Strict):
     decode_max_tokens: Positive  # greedy decoding limit per system
     constrained: bool  # decode under the canonical grammar (sonfolio.score.constrained)
     threads: Positive | None  # CPU threads (torch and ONNX Runtime); null: all cores
+    # processes the constrained CTC searches of a batch are spread over; 0: one per core
+    search_workers: Annotated[int, Field(ge=0)]
     worst_examples: Annotated[int, Field(ge=0)]  # side-by-side images per variant and split
     random_examples: Annotated[int, Field(ge=0)]
     compile_batch: Positive  # systems per LilyPond process

@@ -54,8 +54,10 @@ rejects, so callers see it as a failed reading; nothing is invented.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import math
+import multiprocessing
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -65,6 +67,7 @@ from typing import Any
 
 import numpy as np
 
+from sonfolio import parallel
 from sonfolio.score import canonical as cn
 
 # What may come next (the parser's position). H*: the header; C*: a change's arguments.
@@ -845,24 +848,28 @@ def ctc_decode(
     limit: int | None = None,
     search: CtcSearch = CtcSearch(),
     stats: Counter | None = None,
+    workers: int = 1,
 ) -> list[list[int]]:
     """Token ids per row whose text validates, from CTC logits (B, T, V).
 
     Greedy first (best label per frame, repeats merged, blanks dropped): when its text
     validates it is returned as is (`stats["greedy_valid"]`); otherwise the constrained prefix
     beam search (`stats["searched"]`). `times`: per row the time in force (or a Carry).
+    `workers` > 1: the searches of rows with a known time run in that many processes (a
+    `Carry`'s rows wait on the row before, so they run here, in order).
     """
     stats = Counter() if stats is None else stats
     logits = np.asarray(logits, dtype=np.float32)
     logp = logits - np.logaddexp.reduce(logits, axis=-1, keepdims=True)  # (B, T, V)
     best = logp.argmax(-1)  # (B, T)
+    if workers > 1 and not isinstance(times, Carry):
+        return _decode_spread(logp, best, vocab, blank, times, limit, search, stats, workers)
     rows: list[list[int]] = []
     time = times.start if isinstance(times, Carry) else None
     for b in range(len(logp)):
         if not isinstance(times, Carry):
             time = None if times is None else times[b]
-        greedy = best[b][(best[b] != blank) & np.r_[True, best[b][1:] != best[b][:-1]]]
-        ids = greedy[:limit].tolist()
+        ids = _greedy(best[b], blank, limit)
         if cn.is_canonical(vocab.text(ids), time):
             stats["greedy_valid"] += 1
         else:
@@ -872,6 +879,92 @@ def ctc_decode(
         if isinstance(times, Carry):
             time = next_time(vocab.text(ids), time)
     return rows
+
+
+def _greedy(best: np.ndarray, blank: int, limit: int | None) -> list[int]:
+    """One row's greedy reading: its best labels, repeats merged, blanks dropped."""
+    return best[(best != blank) & np.r_[True, best[1:] != best[:-1]]][:limit].tolist()
+
+
+def _decode_spread(
+    logp: np.ndarray,
+    best: np.ndarray,
+    vocab: Vocab,
+    blank: int,
+    times: Sequence[str | None] | None,
+    limit: int | None,
+    search: CtcSearch,
+    stats: Counter,
+    workers: int,
+) -> list[list[int]]:
+    """ctc_decode with the rows' searches spread over `workers` processes."""
+    rows: list[list[int] | None] = []
+    jobs = []
+    for b in range(len(logp)):
+        time = None if times is None else times[b]
+        ids = _greedy(best[b], blank, limit)
+        if cn.is_canonical(vocab.text(ids), time):
+            stats["greedy_valid"] += 1
+            rows.append(ids)
+        else:
+            stats["searched"] += 1
+            rows.append(None)
+            jobs.append((b, (logp[b], blank, time, limit, search)))
+    if len(jobs) == 1:  # not worth a round trip
+        b, args = jobs[0]
+        rows[b] = _beam(args[0], vocab, *args[1:], stats)
+    elif jobs:
+        found = _search_pool(vocab, workers).starmap(_search_job, [args for _, args in jobs])
+        for (b, _), (ids, counts) in zip(jobs, found, strict=True):
+            rows[b] = ids
+            stats.update(counts)
+    return rows  # type: ignore[return-value]  # every None was filled
+
+
+# Worker processes for the searches, one pool per vocabulary and size, kept for the process's
+# life (a variant after another with the same tokenizer reuses it) and closed at exit. Written
+# with multiprocessing.Pool, not sonfolio.parallel.pool_map: a search is a short pure-Python
+# task with no time limit to enforce, called once per batch, and a pool started per batch would
+# cost more than the searches it shares out.
+_POOLS: dict[tuple[int, int], Any] = {}
+_WORKER_VOCAB: Vocab | None = None
+
+
+def _search_pool(vocab: Vocab, workers: int) -> Any:
+    key = (hash(tuple(vocab.pieces)), workers)
+    pool = _POOLS.get(key)
+    if pool is None:
+        if not _POOLS:
+            atexit.register(close_search_pools)
+        # fork: the workers inherit the imported modules (as sonfolio.parallel's); they run
+        # only this module's pure-Python search, never the parent's inference threads' code
+        ctx = multiprocessing.get_context("fork")
+        pool = ctx.Pool(workers, initializer=_search_worker, initargs=(vocab,))
+        _POOLS[key] = pool
+    return pool
+
+
+def close_search_pools() -> None:
+    """Stop the search processes (at exit; tests call it to start afresh)."""
+    while _POOLS:
+        _, pool = _POOLS.popitem()
+        pool.terminate()
+        pool.join()
+
+
+def _search_worker(vocab: Vocab) -> None:
+    global _WORKER_VOCAB
+    parallel.worker_signals()
+    _WORKER_VOCAB = vocab
+
+
+def _search_job(
+    logp: np.ndarray, blank: int, time: str | None, limit: int | None, search: CtcSearch
+) -> tuple[list[int], Counter]:
+    if _WORKER_VOCAB is None:
+        raise RuntimeError("a search job ran outside a search pool's worker")
+    stats: Counter = Counter()
+    return _beam(logp, _WORKER_VOCAB, blank, time, limit, search, stats), stats
 
 
 def _beam(

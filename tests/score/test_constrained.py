@@ -18,7 +18,7 @@ from eval_tiny import SHAPE, export, save_score  # tests/ is on sys.path
 from score.test_canonical import BAD, GOOD, MARKED, MARKED_BAD
 
 from sonfolio import variants
-from sonfolio.score import canonical
+from sonfolio.score import canonical, constrained
 from sonfolio.score.constrained import (
     Carry,
     GreedyConstraint,
@@ -349,6 +349,30 @@ def test_constrained_ctc_on_random_logits_always_validates(vocab, times):
         time = None if times is None else times[b]
         canonical.validate(vocab.text(ids), time)
     assert stats["searched"] == 4  # random greedy readings never validate
+
+
+def test_searches_spread_over_processes_read_as_one_process_does(vocab):
+    # the eval stage spreads a batch's searches (score_eval.search_workers): same texts, same
+    # counts, rows in their order, and the workers stop when asked
+    rng = np.random.default_rng(5)
+    logits = _random_ctc_logits(rng, 5, 90, len(vocab.pieces), vocab.blank)
+    valid = _tokens(vocab, r"\clef bass \key f \major c4 d4 | e2")
+    logits[2] = -5.0
+    logits[2, :, vocab.blank] = 5.0
+    for k, i in enumerate(valid):  # row 2 reads validly by itself: never sent to a worker
+        logits[2, 2 * k + 1, i] = 10.0
+    times = ["3/4", None, "2/4", "6/8", None]
+    one, two = Counter(), Counter()
+    try:
+        alone = ctc_decode(logits, vocab, vocab.blank, times, 200, stats=one)
+        spread = ctc_decode(logits, vocab, vocab.blank, times, 200, stats=two, workers=2)
+        assert constrained._POOLS  # the searches did go to worker processes
+    finally:
+        constrained.close_search_pools()
+    assert spread == alone
+    assert spread[2] == valid
+    assert two == one and one["searched"] == 4 and one["greedy_valid"] == 1
+    assert not constrained._POOLS
 
 
 def test_constrained_ctc_carries_the_time_from_row_to_row(vocab):
