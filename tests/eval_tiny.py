@@ -51,7 +51,9 @@ def save_score(
 
     torch.manual_seed(0)
     tok = train_bpe(texts * 4, 300, 1, max_length)
-    cfg = ScoreModel(pretrained=None, size="tiny", image_height=SHAPE[0], patch=(32, 8))
+    cfg = ScoreModel(
+        pretrained=None, size="tiny", image_height=SHAPE[0], patch=(32, 8), dropout=None
+    )
     model = build_score(cfg, tok, SHAPE[1])
     if pixels is not None:
         labels = label_ids(tok, texts, model.config.decoder_start_token_id)

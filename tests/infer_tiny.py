@@ -45,7 +45,9 @@ def score_model(folder: Path) -> Path:
 
     torch.manual_seed(0)
     tok = train_bpe(SYSTEMS * 4, 300, 1, 64)
-    cfg = ScoreModel(pretrained=None, size="tiny", image_height=SCORE_SHAPE[0], patch=(32, 8))
+    cfg = ScoreModel(
+        pretrained=None, size="tiny", image_height=SCORE_SHAPE[0], patch=(32, 8), dropout=None
+    )
     model = build(cfg, tok, SCORE_SHAPE[1])
     model.save_pretrained(str(folder))
     tok.save_pretrained(str(folder))

@@ -73,6 +73,8 @@ class ScoreModel(Strict):
     size: Literal["tiny", "small", "base"]  # presets in sonfolio/score/model.py
     image_height: Annotated[int, Field(ge=16, le=1024)]  # px; systems are padded to it
     patch: tuple[Positive, Positive]  # (height, width) of a ViT patch, px
+    # dropout of every layer (encoder and decoder); null: the size's own (model.py SIZES)
+    dropout: Annotated[float, Field(ge=0.0, lt=1.0)] | None
 
 
 class ScoreTrain(TrainLoop):

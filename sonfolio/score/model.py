@@ -64,6 +64,7 @@ def build(
     if cfg.pretrained:
         return load_pretrained(cfg.pretrained, tokenizer)
     s = SIZES[cfg.size]
+    dropout = s.dropout if cfg.dropout is None else cfg.dropout
     if cfg.image_height % cfg.patch[0] or width % cfg.patch[1]:
         raise ValueError(
             f"score_train.model.patch = {list(cfg.patch)} must divide the image "
@@ -77,8 +78,8 @@ def build(
         num_hidden_layers=s.enc_layers,
         num_attention_heads=s.enc_heads,
         intermediate_size=4 * s.enc_dim,
-        hidden_dropout_prob=s.dropout,
-        attention_probs_dropout_prob=s.dropout,
+        hidden_dropout_prob=dropout,
+        attention_probs_dropout_prob=dropout,
     )
     decoder = GPT2Config(
         vocab_size=len(tokenizer),
@@ -86,9 +87,9 @@ def build(
         n_embd=s.dec_dim,
         n_layer=s.dec_layers,
         n_head=s.dec_heads,
-        resid_pdrop=s.dropout,
-        embd_pdrop=s.dropout,
-        attn_pdrop=s.dropout,
+        resid_pdrop=dropout,
+        embd_pdrop=dropout,
+        attn_pdrop=dropout,
         add_cross_attention=True,
         is_decoder=True,
         bos_token_id=tokenizer.bos_token_id,

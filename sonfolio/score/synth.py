@@ -50,6 +50,12 @@ log = logging.getLogger(__name__)
 # signature alone, as the major key with it: see `_key_text`).
 _MUSIC_KEYS: tuple[tuple[str, str], ...] = KEYS + tuple((t, "minor") for t in MINOR_TONICS)
 SYSTEMS_PER_PIECE = 8
+# How often each clef is drawn, as in printed parts: treble and bass most, then the C clefs of
+# viola and cello parts and the guitar's octave treble; every other clef still comes once in
+# every block of sum(weights) pieces (drawn evenly, the rare clefs took 9 pieces in 14: far more
+# than printed music shows them)
+_CLEF_WEIGHTS = {"treble": 8, "bass": 6, "alto": 3, "tenor": 2, '"treble_8"': 2}
+_CLEF_DECK = tuple(c for c in CLEFS for _ in range(_CLEF_WEIGHTS.get(c, 1)))
 _STEPS = "cdefgab"
 # Diatonic index (octave * 7 + step, c' = 28) of each clef's bottom staff line.
 _BOTTOM_LINE = {
@@ -181,7 +187,8 @@ def synth_systems(n: int, seed: int, bars_per_system: int) -> list[System]:
 
     Pieces are "synthetic/00000", "synthetic/00001", ... of `SYSTEMS_PER_PIECE` systems each;
     each piece takes the next clef and key from shuffled cycles, so the first `len(KEYS)`
-    pieces (240 systems) hold every key, and every block of `len(CLEFS)` pieces every clef.
+    pieces (240 systems) hold every key, and every block of `len(_CLEF_DECK)` pieces every
+    clef, the common ones more often (`_CLEF_WEIGHTS`).
     """
     if n < 0 or bars_per_system < 1:
         raise ValueError(f"need n >= 0 and bars_per_system >= 1, got {n}, {bars_per_system}")
@@ -209,7 +216,7 @@ def _piece_texts(k: int, seed: int, count: int, bars: int) -> list[tuple[str, st
     """(text, time in force when the header prints none, first bar's number) per system."""
     rng = random.Random(f"{seed}/{k}")
     piece = _Piece(rng, "", _cycled(_MUSIC_KEYS, seed, "key", k), rng.choice(TIMES))
-    piece.set_clef(_cycled(CLEFS, seed, "clef", k))
+    piece.set_clef(_cycled(_CLEF_DECK, seed, "clef", k))
     out: list[tuple[str, str | None, int]] = []
     number = 1  # LilyPond's bar number: a pickup bar is bar 0
     for i in range(count):
@@ -322,7 +329,7 @@ def _bar_changes(piece: _Piece) -> list[str]:
     """Occasional clef, key and time changes at a bar start, in the canonical order."""
     rng, out = piece.rng, []
     if rng.random() < 0.05:
-        piece.set_clef(rng.choice([c for c in CLEFS if c != piece.clef]))
+        piece.set_clef(rng.choice([c for c in _CLEF_DECK if c != piece.clef]))
         out.append(f"\\clef {piece.clef}")
     if rng.random() < 0.05:
         old = _key_text(piece.key)
@@ -357,7 +364,7 @@ def _bar(piece: _Piece, length: Fraction) -> list[_Note | str]:
             elif left >= 2 * beat and rng.random() < 0.2 and duration_token(2 * beat):
                 span = 2 * beat
         if items and rng.random() < 0.015:
-            piece.set_clef(rng.choice([c for c in CLEFS if c != piece.clef]))
+            piece.set_clef(rng.choice([c for c in _CLEF_DECK if c != piece.clef]))
             items.append(f"\\clef {piece.clef}")
         items += run or _span(piece, span, compound and span == beat, beat * finest)
         left -= span

@@ -97,8 +97,19 @@ class ScoreTraining:
         ):
             refs = [r["text"] for r in rows]
             guess = [constant] * len(refs)
+            by: dict[str, tuple[list[str], list[str]]] = {}
+            for row, ref, hyp in zip(rows, refs, hyps, strict=True):
+                pair = by.setdefault(row.get("collection") or "?", ([], []))
+                pair[0].append(ref)
+                pair[1].append(hyp)
             metrics |= {
                 f"{split}_ter": round(token_error_rate(refs, hyps), 4),
+                # a split mixes collections of very unequal difficulty (dense quartet parts,
+                # synthetic systems, chorales): each on its own, with its system count
+                f"{split}_ter_by_collection": {
+                    c: {"ter": round(token_error_rate(*by[c]), 4), "systems": len(by[c][0])}
+                    for c in sorted(by)
+                },
                 f"{split}_ter_constant_guess": round(token_error_rate(refs, guess), 4),
                 f"{split}_systems": len(dataset),
                 f"{split}_examples": examples(refs, hyps),

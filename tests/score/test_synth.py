@@ -23,7 +23,7 @@ from sonfolio.score.canonical import (
 from sonfolio.score.lilypond import Setting, compile_systems, find_lilypond
 from sonfolio.score.synth import SYSTEMS_PER_PIECE, synth_systems
 
-N = 300
+N = 480  # 60 pieces: every clef twice over (synth._CLEF_DECK holds 30)
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from transformers import (
 from sonfolio.train.run import TooManyBadSamples
 from sonfolio.train.stability import TrainingDiverged
 
-SCORE_LOSSES = [22.9333, 14.0483]  # pinned: a change here is a change in what training computes
+SCORE_LOSSES = [23.2816, 13.829]  # pinned: a change here is a change in what training computes
 SPEECH_LOSSES = [10.4896, 9.6347]  # with speech_train.ctc_pool: 2
 BASE_LOSSES = [3.6417, 2.5926]  # whisper-base, 4 of 6 encoder blocks frozen, lr 1e-4
 
@@ -40,6 +40,9 @@ def test_score_two_steps_pinned(score_data, tmp_path):
     assert model.config.encoder.image_size == [32, WIDTH]
     AutoTokenizer.from_pretrained(tmp_path / "model")
     assert "heldout_ter" in metrics and "test_ter" in metrics
+    for split in ("heldout", "test"):  # each collection's TER, over every system of the split
+        by = metrics[f"{split}_ter_by_collection"]
+        assert sum(c["systems"] for c in by.values()) == metrics[f"{split}_systems"]
     assert not (tmp_path / "checkpoints" / "score_train").exists() or not any(
         (tmp_path / "checkpoints" / "score_train").iterdir()
     )
@@ -189,9 +192,6 @@ def test_nans_that_keep_coming_fail_with_advice(score_data, tmp_path, monkeypatc
 def test_what_the_cpu_cannot_do_fails_before_training(score_data, tmp_path, loop, fix):
     from sonfolio.train.device import DeviceCannotDo
 
-    if "model" in loop:
-        cfg, _ = tiny_config()
-        loop = {"model": cfg.model.model_copy(update=loop["model"])}
     with pytest.raises(DeviceCannotDo, match=fix):
         run_tiny(score_data, tmp_path, **loop)
     assert not (tmp_path / "checkpoints").exists()  # nothing was started
@@ -200,13 +200,16 @@ def test_what_the_cpu_cannot_do_fails_before_training(score_data, tmp_path, loop
 def test_compiled_run_saves_the_plain_model(score_data, tmp_path):
     """train_engine.compile: true (inductor, on the CPU here): the best weights are saved under
     the model's own names, not torch.compile's wrapper's, with the CTC head beside them, and
-    they are the weights the eager run trains, to float tolerance."""
+    they are the weights the eager run trains, to float tolerance (without dropout: inductor
+    draws its masks from the RNG otherwise)."""
     from safetensors.torch import load_file
 
     from sonfolio.train import ctc
 
-    eager = run_tiny(score_data, tmp_path / "eager")
-    compiled = run_tiny(score_data, tmp_path / "compiled", engine={"compile": True})
+    eager = run_tiny(score_data, tmp_path / "eager", model={"dropout": 0.0})
+    compiled = run_tiny(
+        score_data, tmp_path / "compiled", engine={"compile": True}, model={"dropout": 0.0}
+    )
     assert compiled["choices"]["compile"].startswith("on"), compiled["choices"]["compile"]
     saved = {}
     for run in ("eager", "compiled"):

@@ -54,7 +54,8 @@ def tiny_config(**loop: Any) -> tuple[ScoreTrain, EngineOptions]:
     """The real params.yaml's score_train and default engine, shrunk to a tiny model."""
     params = load_params(ROOT / "params.yaml")
     cfg = params.score_train
-    model = cfg.model.model_copy(update={"image_height": HEIGHT, "patch": (32, 8)})
+    shape = {"image_height": HEIGHT, "patch": (32, 8), **loop.pop("model", {})}
+    model = cfg.model.model_copy(update=shape)
     base = {
         "model": model,
         "effective_batch": 8,
