@@ -105,7 +105,10 @@ def main() -> None:
     result = {name: figures(rows, texts, seconds) for name, (texts, seconds) in decoded.items()}
     n = len(rows)
     result["constrained"].update(
-        {key: stats.get(key, 0) for key in ("greedy_valid", "searched", "cut_back", "empty")}
+        {
+            key: stats.get(key, 0)
+            for key in ("greedy_valid", "searched", "repaired", "cut_back", "empty")
+        }
     )
     result["greedy_already_valid_rate"] = result["greedy"]["valid_rate"]
     result["conditions"] = {
@@ -141,8 +144,9 @@ def print_table(result: dict[str, Any]) -> None:
     console().print(table)
     k = result["constrained"]
     print(
-        f"constrained: greedy already valid {k['greedy_valid']}, searched {k['searched']}, "
-        f"cut back {k['cut_back']}, empty {k['empty']}; CPU: {c['cpu']['summary']}"
+        f"constrained: greedy already valid {k['greedy_valid']}, searched {k['searched']} "
+        f"(the repaired greedy reading won {k['repaired']}), cut back {k['cut_back']}, "
+        f"empty {k['empty']}; CPU: {c['cpu']['summary']}"
     )
 
 

@@ -27,6 +27,7 @@ from sonfolio.score.constrained import (
     accepts,
     ctc_decode,
     next_time,
+    repair,
 )
 from sonfolio.score.synth import synth_systems
 from sonfolio.tokenizer import train_bpe
@@ -373,6 +374,73 @@ def test_searches_spread_over_processes_read_as_one_process_does(vocab):
     assert spread[2] == valid
     assert two == one and one["searched"] == 4 and one["greedy_valid"] == 1
     assert not constrained._POOLS
+
+
+# greedy readings of the default model that the grammar refuses (a short bar, a note without
+# its duration, `\bar` for `|`, a second key mode), the time in force, and what repair makes
+REPAIRS = [
+    (
+        r"\clef bass \key c \major d'2 \fermata c'4 | d'4 d'4 bes4 | d'2 \fermata r4 d'4 | g4 d'4",
+        "4/4",
+        r"\clef bass \key c \major d'2 \fermata c'2 | d'4 d'4 bes2 | d'2 \fermata r4 d'4 | g4 d'4",
+    ),
+    (
+        r"\clef treble \key c \major e'' \fermata e''4 | f''8 e''8 d''4 e''8 e''4 | d''4",
+        "4/4",
+        r"\clef treble \key c \major e''4 \fermata e''2. | f''8 e''8 d''4 e''8 e''4. | d''4",
+    ),
+    (
+        r"\clef bass \key f \major e'16 d''16 d'8 \bar d'4 d'8 d''8 b8 | b8 d'4 d'8 g8 e'16",
+        "4/4",
+        r"\clef bass \key f \major e'16 d''16 d'2.. | d'4 d'8 d''8 b2 | b8 d'4 d'8 g8 e'16",
+    ),
+    (  # a bar line the model missed, an event that overflows, a slur left open
+        r"\clef treble \key g \major \time 2/4 g'4 a'4 b'4 ( c''4 d''2 e''4",
+        None,
+        r"\clef treble \key g \major \time 2/4 g'4 a'4 | b'4 ( c''4 | d''2 | e''4 )",
+    ),
+]
+
+
+@pytest.mark.parametrize(("greedy", "time", "fixed"), REPAIRS)
+def test_repair_keeps_the_reading_and_makes_it_valid(greedy, time, fixed):
+    assert not canonical.is_canonical(greedy, time)
+    assert repair(greedy, time) == fixed
+    canonical.validate(fixed, time)
+
+
+def _peaked(vocab: Vocab, text: str) -> np.ndarray:
+    """CTC logits (1, T, V) that read `text`: each piece peaked on its own frame."""
+    ids = _tokens(vocab, text)
+    logits = np.zeros((1, 2 * len(ids) + 1, len(vocab.pieces)), dtype=np.float32)
+    logits[0, :, vocab.blank] = 5.0
+    for k, i in enumerate(ids):
+        logits[0, 2 * k + 1, i] = 12.0
+    return logits
+
+
+def test_the_likelier_of_search_and_repair_is_read(vocab, monkeypatch):
+    # a bar read short (d8 for d4): the search and the repaired greedy reading both validate;
+    # the one the frames make likelier is returned
+    greedy = r"\clef bass \key f \major c4 d8 | e4 f4 | g4 a4 | b4 c'4"
+    logits = _peaked(vocab, greedy)
+    logp = logits[0] - np.logaddexp.reduce(logits[0], axis=-1, keepdims=True)
+    stats = Counter()
+    (row,) = ctc_decode(logits, vocab, vocab.blank, ["2/4"], 200, stats=stats)
+    canonical.validate(vocab.text(row), "2/4")
+    assert vocab.text(row).count("|") == 3  # no bar lost
+    fixed = vocab.ids(repair(greedy, "2/4"))
+    assert constrained.ctc_logp(logp, row, vocab.blank) >= constrained.ctc_logp(
+        logp, fixed, vocab.blank
+    )
+    # where the search ends at the short bar, as it does for a third of the default model's
+    # test systems, the repaired reading (one duration changed) is the one returned
+    cut = _tokens(vocab, r"\clef bass \key f \major c4 d8")
+    monkeypatch.setattr(constrained, "_beam", lambda *args: cut)
+    stats = Counter()
+    (row,) = ctc_decode(logits, vocab, vocab.blank, ["2/4"], 200, stats=stats)
+    assert vocab.text(row) == r"\clef bass \key f \major c4 d4 | e4 f4 | g4 a4 | b4 c'4"
+    assert stats["repaired"] == 1
 
 
 def test_constrained_ctc_carries_the_time_from_row_to_row(vocab):
