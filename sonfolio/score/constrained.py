@@ -769,6 +769,7 @@ class Vocab:
         self.eos: int = tokenizer.eos_token_id
         self.blank: int | None = tokenizer.pad_token_id
         self._tokenizer = tokenizer
+        self.key = hash(tuple(self.pieces))  # names its search pool (one per vocabulary)
 
     def text(self, ids: Sequence[int]) -> str:
         return "".join(p for i in ids if (p := self.pieces[i]) is not None)
@@ -871,13 +872,11 @@ def ctc_decode(
     logits = np.asarray(logits, dtype=np.float32)
     logp = logits - np.logaddexp.reduce(logits, axis=-1, keepdims=True)  # (B, T, V)
     best = logp.argmax(-1)  # (B, T)
-    if workers > 1 and not isinstance(times, Carry):
-        return _decode_spread(logp, best, vocab, blank, times, limit, search, stats, workers)
+    if not isinstance(times, Carry):
+        return _decode_rows(logp, best, vocab, blank, times, limit, search, stats, workers)
     rows: list[list[int]] = []
-    time = times.start if isinstance(times, Carry) else None
+    time = times.start
     for b in range(len(logp)):
-        if not isinstance(times, Carry):
-            time = None if times is None else times[b]
         ids = _greedy(best[b], blank, limit)
         if cn.is_canonical(vocab.text(ids), time):
             stats["greedy_valid"] += 1
@@ -885,8 +884,7 @@ def ctc_decode(
             stats["searched"] += 1
             ids = _search(logp[b], ids, vocab, blank, time, limit, search, stats)
         rows.append(ids)
-        if isinstance(times, Carry):
-            time = next_time(vocab.text(ids), time)
+        time = next_time(vocab.text(ids), time)
     return rows
 
 
@@ -895,7 +893,7 @@ def _greedy(best: np.ndarray, blank: int, limit: int | None) -> list[int]:
     return best[(best != blank) & np.r_[True, best[1:] != best[:-1]]][:limit].tolist()
 
 
-def _decode_spread(
+def _decode_rows(
     logp: np.ndarray,
     best: np.ndarray,
     vocab: Vocab,
@@ -906,28 +904,30 @@ def _decode_spread(
     stats: Counter,
     workers: int,
 ) -> list[list[int]]:
-    """ctc_decode with the rows' searches spread over `workers` processes."""
-    rows: list[list[int] | None] = []
+    """ctc_decode of rows each in its own known time: the searches are independent, so with
+    `workers` > 1 (and more than one to do) they run in the search pool."""
+    rows: list[list[int]] = []
     jobs = []
     for b in range(len(logp)):
         time = None if times is None else times[b]
         ids = _greedy(best[b], blank, limit)
         if cn.is_canonical(vocab.text(ids), time):
             stats["greedy_valid"] += 1
-            rows.append(ids)
         else:
             stats["searched"] += 1
-            rows.append(None)
             jobs.append((b, (logp[b], ids, blank, time, limit, search)))
-    if len(jobs) == 1:  # not worth a round trip
-        b, (row, greedy, *rest) = jobs[0]
-        rows[b] = _search(row, greedy, vocab, *rest, stats)
-    elif jobs:
+        rows.append(ids)
+    if workers > 1 and len(jobs) > 1:
         found = _search_pool(vocab, workers).starmap(_search_job, [args for _, args in jobs])
-        for (b, _), (ids, counts) in zip(jobs, found, strict=True):
-            rows[b] = ids
-            stats.update(counts)
-    return rows  # type: ignore[return-value]  # every None was filled
+    else:
+        found = []
+        for _, (row, greedy, *rest) in jobs:
+            counts: Counter = Counter()
+            found.append((_search(row, greedy, vocab, *rest, counts), counts))
+    for (b, _), (ids, counts) in zip(jobs, found, strict=True):
+        rows[b] = ids
+        stats.update(counts)
+    return rows
 
 
 # Worker processes for the searches, one pool per vocabulary and size, kept for the process's
@@ -940,7 +940,7 @@ _WORKER_VOCAB: Vocab | None = None
 
 
 def _search_pool(vocab: Vocab, workers: int) -> Any:
-    key = (hash(tuple(vocab.pieces)), workers)
+    key = (vocab.key, workers)
     pool = _POOLS.get(key)
     if pool is None:
         if not _POOLS:
@@ -1013,7 +1013,8 @@ def _search(
 def ctc_logp(logp: np.ndarray, ids: Sequence[int], blank: int) -> float:
     """log P(ids | frames) under CTC (every alignment summed), from (T, V) log-probabilities;
     -inf where the frames cannot hold the ids."""
-    import torch  # here: the search itself needs no torch, and its workers start lighter
+    import torch  # here: the grammar and the search need no torch (importing this module
+    # stays light for the data stage, which validates texts with it)
 
     if not ids:
         return float(logp[:, blank].sum())
@@ -1030,9 +1031,17 @@ def ctc_logp(logp: np.ndarray, ids: Sequence[int], blank: int) -> float:
 
 # --- repairing a greedy reading ---
 
-# an event's last token: a note, rest or chord end with its duration and maybe a tie
-_EVENT_END = re.compile(r"(?P<head>[a-g](?:is|es)*[',]*>?|r)(?P<dur>\d+\.*)(?P<tie>~?)")
-_PITCH = re.compile(r"[a-g](?:is|es)*[',]*")
+
+def _event_end(tok: str) -> tuple[str, str, str] | None:
+    """(head, duration, tie) of an event's last token (a note, a rest, a chord's end), by
+    canonical's own patterns; None for any other token."""
+    if m := cn._NOTE.fullmatch(tok):
+        return m[1], m[2] + m[3], m[4]
+    if m := cn._CHORD_END.fullmatch(tok):
+        return m[1] + ">", m[2] + m[3], m[4]
+    if m := cn._REST.fullmatch(tok):
+        return "r", m[1] + m[2], ""
+    return None
 
 
 def repair(text: str, time: str | None) -> str | None:
@@ -1069,11 +1078,12 @@ def repair(text: str, time: str | None) -> str | None:
         left = room()
         if not left or left < 0:
             return False
-        if out and (m := _EVENT_END.fullmatch(out[-1])):
-            longer = cn.duration_token(cn.duration_value(m["dur"]) + left)
+        if out and (event := _event_end(out[-1])):
+            head, dur, tie = event
+            longer = cn.duration_token(cn.duration_value(dur) + left)
             if longer is not None:
                 last, state = out.pop(), states.pop()
-                if push(f"{m['head']}{longer}{m['tie']}"):
+                if push(f"{head}{longer}{tie}"):
                     return True
                 out.append(last)
                 states.append(state)
@@ -1087,30 +1097,31 @@ def repair(text: str, time: str | None) -> str | None:
         if tok == "\\bar" and not (i + 1 < len(toks) and toks[i + 1].startswith('"')):
             tok = "|"  # the model writes \bar where a plain bar line stands
         i += 1
+        event = _event_end(tok)
         if push(tok):
-            if m := _EVENT_END.fullmatch(tok):
-                last_dur = m["dur"]
+            if event:
+                last_dur = event[1]
             continue
         if tok == "|":
             if fill():
                 push("|")
             continue
-        if _PITCH.fullmatch(tok) and push(tok + last_dur):  # a note read without its duration
+        if cn._PITCH.fullmatch(tok) and push(tok + last_dur):  # read without its duration
             continue
-        m = _EVENT_END.fullmatch(tok)
-        if m is None:
+        if event is None:
             continue  # refused and not an event: dropped
         if room() == 0 and push("|"):  # a missed bar line
             i -= 1
             continue
         left = room()
         if left and left > 0 and (fits := cn.duration_token(left)) is not None:
-            push(f"{m['head']}{fits}{m['tie']}")  # shortened to what the bar holds
+            push(f"{event[0]}{fits}{event[2]}")  # shortened to what the bar holds
     for candidate in _endings(out):
         if cn.is_canonical(candidate, time):
             return candidate
     for k in range(len(out) - 1, 0, -1):  # cut back to the last complete point
-        if cn.is_canonical(" ".join(out[:k]), time):
+        end = states[k - 1].feed(out[k - 1])  # its last token left open, as a text ends
+        if end is not None and end.complete:
             return " ".join(out[:k])
     return None
 
@@ -1127,10 +1138,15 @@ def _endings(out: list[str]) -> Iterator[str]:
         yield " ".join([*out[:-1], out[-1][:-1]])
 
 
+@functools.cache
+def _longest_first() -> tuple[tuple[Fraction, str], ...]:
+    return tuple(sorted(((cn.duration_value(t), t) for t in cn.DURATIONS), reverse=True))
+
+
 def _rests(length: Fraction) -> list[str] | None:
     """Rests that add up to `length`, longest first; None where none can."""
     out = []
-    for value, tok in sorted(((cn.duration_value(t), t) for t in cn.DURATIONS), reverse=True):
+    for value, tok in _longest_first():
         while value <= length:
             out.append(f"r{tok}")
             length -= value
