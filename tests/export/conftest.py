@@ -75,3 +75,19 @@ def _loop_spec(folder: Path, track: str) -> Any:
         eos_id=2,
         quality=False,
     )
+
+
+@pytest.fixture(scope="session")
+def hub_whisper(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """tests/export/hub_whisper.py's model folder."""
+    from export import hub_whisper  # tests/ is on sys.path
+
+    return hub_whisper.build(tmp_path_factory.mktemp("hub_whisper") / "model")
+
+
+@pytest.fixture(scope="session")
+def hub_whisper_onnx(hub_whisper: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Its FP32 ONNX export, as the export stage writes it."""
+    from export import hub_whisper as model
+
+    return model.export(hub_whisper, tmp_path_factory.mktemp("hub_whisper_onnx") / "fp32")

@@ -2,9 +2,8 @@
 prompt <|startoftranscript|><|fr|><|transcribe|><|notimestamps|>, suppress_tokens at every
 step and begin_suppress_tokens at the first generated one (sonfolio.prompt, OrtGreedy).
 
-The model is a tiny random Whisper whose generation config carries a hub Whisper's keys, with
-ids chosen where its greedy outputs land: unsuppressed, it starts with 89 and emits 48 and 101
-often, so suppressing them changes its tokens; 4 (the end token) ends some samples early.
+The model is a tiny random Whisper whose generation config carries a hub Whisper's keys
+(tests/export/hub_whisper.py).
 """
 
 from __future__ import annotations
@@ -17,74 +16,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from export.hub_whisper import (  # tests/ is on sys.path
+    BEGIN_SUPPRESS,
+    EOS,
+    PAD,
+    PROMPT,
+    START,
+    SUPPRESS,
+)
 
 from sonfolio import prompt
-from sonfolio.config.params import load_params
 from sonfolio.prompt import DecoderPrompt
 
-ROOT = Path(__file__).resolve().parents[2]
-START, EOS, PAD = 100, 4, 0
-LANGS = {"<|en|>": 110, "<|fr|>": 111}
-TASKS = {"translate": 112, "transcribe": 113}
-NO_TIMESTAMPS = 114
-SUPPRESS, BEGIN_SUPPRESS = [48, 101], [89, EOS]
-PROMPT = [START, LANGS["<|fr|>"], TASKS["transcribe"], NO_TIMESTAMPS]
 NEW = 12
-
-
-@pytest.fixture(scope="module")
-def hub_whisper(tmp_path_factory) -> Path:
-    """A 2-decoder-layer random Whisper (1 s window) saved with a hub-style generation config."""
-    from transformers import WhisperConfig, WhisperFeatureExtractor, WhisperForConditionalGeneration
-
-    folder = tmp_path_factory.mktemp("hub_whisper") / "model"
-    config = WhisperConfig(
-        vocab_size=120,
-        d_model=32,
-        encoder_layers=1,
-        decoder_layers=2,
-        encoder_attention_heads=2,
-        decoder_attention_heads=2,
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
-        num_mel_bins=80,
-        max_source_positions=50,
-        max_target_positions=32,
-        decoder_start_token_id=START,
-        bos_token_id=EOS,
-        eos_token_id=EOS,
-        pad_token_id=PAD,  # its embedding row is zero: never the end token
-        begin_suppress_tokens=None,
-        suppress_tokens=None,
-    )
-    torch.manual_seed(0)
-    model = WhisperForConditionalGeneration(config)
-    with torch.no_grad():  # strong cross-attention: outputs that depend on the input
-        for name, p in model.named_parameters():
-            if "encoder_attn" in name and p.dim() == 2:
-                p.normal_(0.0, 0.3)
-    gen = model.generation_config
-    gen.lang_to_id, gen.task_to_id, gen.no_timestamps_token_id = LANGS, TASKS, NO_TIMESTAMPS
-    gen.is_multilingual, gen.language, gen.task = True, "fr", "transcribe"
-    gen.suppress_tokens, gen.begin_suppress_tokens = SUPPRESS, BEGIN_SUPPRESS
-    # a hub checkpoint's own config, not one derived from config.json (which loading would
-    # derive again, dropping the Whisper keys)
-    gen._from_model_config = False
-    model.save_pretrained(str(folder))
-    WhisperFeatureExtractor(feature_size=80, chunk_length=1).save_pretrained(str(folder))
-    return folder
-
-
-@pytest.fixture(scope="module")
-def exported(hub_whisper, tmp_path_factory) -> Path:
-    """Its FP32 ONNX export, as the export stage writes it (encoder + merged decoder)."""
-    from sonfolio.export.fp32 import export_fp32
-    from sonfolio.tracks import get as track_definition
-
-    out = tmp_path_factory.mktemp("hub_whisper_onnx") / "fp32"
-    cfg = load_params(ROOT / "params.yaml").export
-    export_fp32(hub_whisper, out, track_definition("speech").export_task, cfg)
-    return out
 
 
 def features(batch: int, seed: int) -> np.ndarray:
@@ -129,8 +73,8 @@ def test_read_gives_whispers_four_token_prompt_and_suppression(hub_whisper):
     assert prompt.read(hub_whisper) == DecoderPrompt(PROMPT, EOS, SUPPRESS, BEGIN_SUPPRESS)
 
 
-def test_the_loop_gives_transformers_tokens_for_a_hub_whisper(hub_whisper, exported):
-    greedy = loop(exported, prompt.read(exported))
+def test_the_loop_gives_transformers_tokens_for_a_hub_whisper(hub_whisper, hub_whisper_onnx):
+    greedy = loop(hub_whisper_onnx, prompt.read(hub_whisper_onnx))
     assert greedy.prompt.ids == PROMPT
     got_any, ended = set(), 0
     for batch, seed in ((1, 1), (1, 2), (1, 3), (8, 4)):
@@ -148,26 +92,26 @@ def test_the_loop_gives_transformers_tokens_for_a_hub_whisper(hub_whisper, expor
     assert all(len(s) == NEW and EOS not in s for s in got)
 
 
-def test_suppression_and_the_whole_prompt_change_the_tokens(hub_whisper, exported):
+def test_suppression_and_the_whole_prompt_change_the_tokens(hub_whisper, hub_whisper_onnx):
     """The checks above would catch a loop that ignored suppression or fed one start token."""
     x = features(8, 4)
     free = hf_tokens(hub_whisper, x, suppress_tokens=[], begin_suppress_tokens=[])
     assert {s[0] for s in free} & set(BEGIN_SUPPRESS)
     assert {t for s in free for t in s} & set(SUPPRESS)
-    unsuppressed = loop(exported, DecoderPrompt(PROMPT, EOS, [], []))
+    unsuppressed = loop(hub_whisper_onnx, DecoderPrompt(PROMPT, EOS, [], []))
     assert [upto_eos(s) for s in unsuppressed.generate(x, NEW, forced=False)] == free
     expected = hf_tokens(hub_whisper, x)
-    one_start = loop(exported, DecoderPrompt([START], EOS, SUPPRESS, BEGIN_SUPPRESS))
+    one_start = loop(hub_whisper_onnx, DecoderPrompt([START], EOS, SUPPRESS, BEGIN_SUPPRESS))
     assert [upto_eos(s) for s in one_start.generate(x, NEW, forced=False)] != expected
 
 
 def test_variants_decode_a_hub_whisper_with_the_loop_unless_it_asks_for_timestamps(
-    exported, tmp_path
+    hub_whisper_onnx, tmp_path
 ):
     from sonfolio import variants
 
-    assert variants._greedy_loop(exported, "CPUExecutionProvider", 1).prompt.ids == PROMPT
-    folder = shutil.copytree(exported, tmp_path / "timestamps")
+    assert variants._greedy_loop(hub_whisper_onnx, "CPUExecutionProvider", 1).prompt.ids == PROMPT
+    folder = shutil.copytree(hub_whisper_onnx, tmp_path / "timestamps")
     edit_generation(folder, return_timestamps=True)
     assert variants._greedy_loop(folder, "CPUExecutionProvider", 1) is None
     edit_generation(folder, return_timestamps=False, language="klingon")

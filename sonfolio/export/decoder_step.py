@@ -1,0 +1,252 @@
+"""A with-past decoder step made cheaper for the greedy loop (sonfolio.infer.ortloop).
+
+`fuse_self_attention` turns each self-attention block of the with-past decoder
+(sonfolio.export.with_past) into one com.microsoft MultiHeadAttention node. A whisper-base
+step runs ~400 ONNX nodes; about 250 of them are the shape work around the weight MatMuls
+(per layer: the Reshape / Transpose / Concat of the new key and value onto the past, the
+causal mask rebuilt from the past length, the Mul / MatMul / Add / Softmax / IsNaN / Where
+of the scores), each a kernel launch for a few KB at batch 1. ONNX Runtime's own fusion
+(onnxruntime.transformers.optimizer, model type bart) fuses none of optimum's export of
+these decoders, so the blocks are matched here by what they compute. The cross-attention
+is left as it is: fused the same way, it ran slower (docs/export.md).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+MS_DOMAIN = "com.microsoft"
+_HEADS_FIRST = [0, 2, 1, 3]  # (B, S, heads, size) <-> (B, heads, S, size)
+_KEY_T = [0, 1, 3, 2]  # (B, heads, T, size) -> (B, heads, size, T)
+_STEP_INPUT = re.compile(r"input_ids|encoder_hidden_states|past_key_values(\.\w+)+")
+
+
+class _Graph:
+    """Producers, consumers and constant values of one graph's tensors."""
+
+    def __init__(self, graph: onnx.GraphProto) -> None:
+        self.producer = {o: n for n in graph.node for o in n.output}
+        self.consumers: dict[str, list[onnx.NodeProto]] = {}
+        for node in graph.node:
+            for name in node.input:
+                self.consumers.setdefault(name, []).append(node)
+        self.inits = {i.name: i for i in graph.initializer}
+        self.outputs = {o.name for o in graph.output}
+
+    def const(self, name: str) -> np.ndarray | None:
+        """The value of a tensor set by an initializer or a Constant node, else None."""
+        if name in self.inits:
+            return numpy_helper.to_array(self.inits[name])
+        node = self.producer.get(name)
+        if node is not None and node.op_type == "Constant" and node.attribute[0].name == "value":
+            return numpy_helper.to_array(node.attribute[0].t)
+        return None
+
+    def through_scalars(self, name: str) -> tuple[str, float]:
+        """Walks up from `name` through Muls by a one-value constant: the tensor before them
+        and the product of the constants."""
+        scale = 1.0
+        while (node := self.producer.get(name)) is not None and node.op_type == "Mul":
+            values = [self.const(i) for i in node.input]
+            if len(values) != 2 or not any(v is not None and v.size == 1 for v in values):
+                break
+            mine = 0 if values[1] is not None and values[1].size == 1 else 1
+            scale *= float(values[1 - mine].reshape(()))  # type: ignore[union-attr]
+            name = node.input[mine]
+        return name, scale
+
+    def only_consumer(self, name: str) -> onnx.NodeProto | None:
+        users = self.consumers.get(name, [])
+        return users[0] if len(users) == 1 and name not in self.outputs else None
+
+
+def _perm(node: onnx.NodeProto | None) -> list[int] | None:
+    if node is None or node.op_type != "Transpose":
+        return None
+    return next((list(a.ints) for a in node.attribute if a.name == "perm"), None)
+
+
+def _split_heads(g: _Graph, name: str) -> tuple[str, float] | None:
+    """From a (B, heads, S, size) tensor up through scalar Muls, the heads-first Transpose,
+    the Reshape that splits heads and scalar Muls again, to the (B, S, hidden) tensor before
+    them. Returns that tensor and the product of the scalars met."""
+    name, scale = g.through_scalars(name)
+    node = g.producer.get(name)
+    if _perm(node) != _HEADS_FIRST:
+        return None
+    node = g.producer.get(node.input[0])  # type: ignore[union-attr]
+    if node is None or node.op_type != "Reshape":
+        return None
+    name, more = g.through_scalars(node.input[0])
+    return name, scale * more
+
+
+@dataclass
+class _Block:
+    """A matched self-attention block: what the fused node reads and writes."""
+
+    query: str  # (B, S, hidden), before any scaling
+    key: str  # the new key and value, (B, S, hidden)
+    value: str
+    past: tuple[str, str]  # (B, heads, P, size) inputs
+    present: tuple[str, str]  # (B, heads, P + S, size) outputs
+    output: str  # (B, S, hidden), heads merged
+    scale: float
+
+
+def _self_attention(g: _Graph, value_matmul: onnx.NodeProto) -> _Block | None:
+    """The self-attention block whose probabilities x value MatMul this is, when it is one:
+    scores = (q * a) x Transpose(Concat(past key, new key)) * b, plus a mask, Softmax on the
+    last axis (optionally guarded by IsNaN / Where), x Concat(past value, new value), heads
+    merged back by Transpose and Reshape. Anything else: None."""
+    concat_v = g.producer.get(value_matmul.input[1])
+    merge = g.only_consumer(value_matmul.output[0])
+    if concat_v is None or concat_v.op_type != "Concat" or _perm(merge) != _HEADS_FIRST:
+        return None
+    reshape = g.only_consumer(merge.output[0])  # type: ignore[union-attr]
+    if reshape is None or reshape.op_type != "Reshape":
+        return None
+    probs = g.producer.get(value_matmul.input[0])
+    if probs is not None and probs.op_type == "Where":  # the IsNaN guard
+        guard = g.producer.get(probs.input[0])
+        if guard is None or guard.op_type != "IsNaN":
+            return None
+        softmax = g.producer.get(probs.input[2])
+        if softmax is None or guard.input[0] != softmax.output[0]:
+            return None
+    else:
+        softmax = probs
+    if softmax is None or softmax.op_type != "Softmax":
+        return None
+    if next((a.i for a in softmax.attribute if a.name == "axis"), -1) not in (-1, 3):
+        return None
+    add = g.producer.get(softmax.input[0])  # scores + mask
+    if add is None or add.op_type != "Add":
+        return None
+    scores = next(
+        (g.producer[i] for i in add.input if i in g.producer and g.producer[i].op_type == "MatMul"),
+        None,
+    )
+    if scores is None:
+        return None
+    query = _split_heads(g, scores.input[0])
+    key_t, key_scale = g.through_scalars(scores.input[1])
+    transpose = g.producer.get(key_t)
+    if query is None or _perm(transpose) != _KEY_T:
+        return None
+    concat_k = g.producer.get(transpose.input[0])  # type: ignore[union-attr]
+    if concat_k is None or concat_k.op_type != "Concat":
+        return None
+    for concat in (concat_k, concat_v):
+        if len(concat.input) != 2 or any(
+            a.name == "axis" and a.i not in (-2, 2) for a in concat.attribute
+        ):
+            return None
+    new_k, new_v = _split_heads(g, concat_k.input[1]), _split_heads(g, concat_v.input[1])
+    if new_k is None or new_v is None or new_k[1] != 1.0 or new_v[1] != 1.0:
+        return None
+    return _Block(
+        query=query[0],
+        key=new_k[0],
+        value=new_v[0],
+        past=(concat_k.input[0], concat_v.input[0]),
+        present=(concat_k.output[0], concat_v.output[0]),
+        output=reshape.output[0],
+        scale=query[1] * key_scale,
+    )
+
+
+def fuse_self_attention(model: onnx.ModelProto, heads: int) -> tuple[onnx.ModelProto, int]:
+    """The model with each self-attention block of its main graph that matches
+    (`_self_attention`) replaced by one MultiHeadAttention node of `heads` heads
+    (`unidirectional`: the causal mask, for any number of new tokens), nodes left without a
+    use dropped. Returns the new model and the number of blocks fused (0: `model` itself;
+    also when the decoder reads any input but the token ids, the encoder's output and the
+    past keys / values, such as an attention mask)."""
+    # the mask dropped with a block must be the causal one alone: no padding mask may come in
+    if any(not _STEP_INPUT.fullmatch(i.name) for i in model.graph.input):
+        return model, 0
+    g = _Graph(model.graph)
+    blocks = [
+        block
+        for node in model.graph.node
+        if node.op_type == "MatMul" and (block := _self_attention(g, node)) is not None
+    ]
+    if not blocks:
+        return model, 0
+    fused = [
+        helper.make_node(
+            "MultiHeadAttention",
+            [b.query, b.key, b.value, "", "", "", *b.past],
+            [b.output, *b.present],
+            name=f"fused_self_attention_{i}",
+            domain=MS_DOMAIN,
+            num_heads=heads,
+            scale=b.scale,
+            unidirectional=1,
+        )
+        for i, b in enumerate(blocks)
+    ]
+    replaced = {o for b in blocks for o in (b.output, *b.present)}
+    nodes = [n for n in model.graph.node if not replaced.intersection(n.output)] + fused
+    sources = {i.name for i in model.graph.input} | {i.name for i in model.graph.initializer}
+    return _with_nodes(model, _live(_ordered(nodes, sources), model.graph.output)), len(blocks)
+
+
+def _with_nodes(
+    model: onnx.ModelProto,
+    nodes: list[onnx.NodeProto],
+    outputs: list[onnx.ValueInfoProto] | None = None,
+    inputs: list[onnx.ValueInfoProto] | None = None,
+) -> onnx.ModelProto:
+    """A copy of `model` holding `nodes`, the inputs and initializers they read, and
+    `outputs` (default: the model's)."""
+    used = {x for n in nodes for x in n.input}
+    graph = helper.make_graph(
+        nodes,
+        model.graph.name,
+        [i for i in (inputs or model.graph.input) if inputs or i.name in used],
+        list(outputs or model.graph.output),
+        initializer=[i for i in model.graph.initializer if i.name in used],
+    )
+    opsets = list(model.opset_import)
+    if any(n.domain == MS_DOMAIN for n in nodes) and all(o.domain != MS_DOMAIN for o in opsets):
+        opsets.append(helper.make_opsetid(MS_DOMAIN, 1))
+    return helper.make_model(graph, opset_imports=opsets, ir_version=model.ir_version)
+
+
+def _live(nodes: list[onnx.NodeProto], outputs: list[onnx.ValueInfoProto]) -> list[onnx.NodeProto]:
+    """The nodes (in graph order) that an output depends on."""
+    needed, keep = {o.name for o in outputs}, []
+    for node in reversed(nodes):
+        if needed.intersection(node.output):
+            keep.append(node)
+            needed.update(node.input)
+    return keep[::-1]
+
+
+def _ordered(nodes: list[onnx.NodeProto], sources: set[str]) -> list[onnx.NodeProto]:
+    """The nodes in an order where each comes after its inputs' producers (ONNX requires it;
+    the fused nodes were appended at the end).
+
+    Raises:
+        ValueError: a node reads a tensor that nothing produces (a bug of the rewrite).
+    """
+    ready, order, waiting = set(sources) | {""}, [], list(nodes)
+    while waiting:
+        rest = []
+        for node in waiting:
+            if all(i in ready for i in node.input):
+                order.append(node)
+                ready.update(node.output)
+            else:
+                rest.append(node)
+        if len(rest) == len(waiting):
+            raise ValueError(f"the rewritten decoder reads unproduced tensors: {rest[0].input}")
+        waiting = rest
+    return order

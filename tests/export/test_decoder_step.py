@@ -1,0 +1,110 @@
+"""The greedy loop's with-past step with its self-attention fused (sonfolio.export.decoder_step):
+the same outputs as the step as exported, one MultiHeadAttention node a layer, and no fusion
+where a block or the step's inputs are not what the fusion assumes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from sonfolio.export.decoder_step import fuse_self_attention
+from sonfolio.export.layout import DECODER
+from sonfolio.export.with_past import with_past_decoder
+
+HEADS = 2  # tests/export/hub_whisper.py: decoder_attention_heads, 2 decoder layers
+
+
+@pytest.fixture(scope="module")
+def hub_whisper_int8(hub_whisper_onnx: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Its int8 variant, as the export stage quantizes it."""
+    from export.hub_whisper import ROOT  # tests/ is on sys.path
+
+    from sonfolio.config.params import load_params
+    from sonfolio.export.int8 import quantize_int8
+
+    out = tmp_path_factory.mktemp("hub_whisper_int8") / "int8_ptq"
+    quantize_int8(hub_whisper_onnx, out, load_params(ROOT / "params.yaml").export)
+    return out
+
+
+def _step(folder: Path) -> onnx.ModelProto:
+    return with_past_decoder(onnx.load(str(folder / DECODER)))
+
+
+def _run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    import onnxruntime
+
+    sess = onnxruntime.InferenceSession(
+        model.SerializeToString(), providers=["CPUExecutionProvider"]
+    )
+    names = [o.name for o in sess.get_outputs()]
+    wanted = {i.name for i in sess.get_inputs()}
+    outputs = sess.run(None, {k: v for k, v in feeds.items() if k in wanted})
+    return dict(zip(names, outputs, strict=True))
+
+
+def _feeds(model: onnx.ModelProto, batch: int, new: int, past: int) -> dict[str, np.ndarray]:
+    """Random token ids, past keys / values and cached encoder keys / values."""
+    rng = np.random.default_rng(new * 10 + past)
+    feeds = {}
+    for i in model.graph.input:
+        dims = [d.dim_value for d in i.type.tensor_type.shape.dim]
+        if i.name == "input_ids":
+            feeds[i.name] = rng.integers(5, 100, (batch, new)).astype(np.int64)
+        elif ".encoder." in i.name:
+            feeds[i.name] = rng.standard_normal((batch, dims[1], 7, dims[3])).astype(np.float32)
+        else:
+            feeds[i.name] = rng.standard_normal((batch, dims[1], past, dims[3])).astype(np.float32)
+    return feeds
+
+
+@pytest.mark.parametrize("variant", ["hub_whisper_onnx", "hub_whisper_int8"])
+@pytest.mark.parametrize(("batch", "new", "past"), [(1, 1, 3), (3, 1, 6), (2, 4, 5), (2, 1, 0)])
+def test_the_fused_step_gives_the_exported_steps_outputs(request, variant, batch, new, past):
+    """Logits and every present key / value, FP32 and int8, for one new token (the loop's
+    steps) and for several at once (the causal mask, kept by `unidirectional`)."""
+    step = _step(request.getfixturevalue(variant))
+    fused, count = fuse_self_attention(step, HEADS)
+    assert count == 2  # one block a decoder layer
+    ops = [n.op_type for n in fused.graph.node]
+    assert ops.count("MultiHeadAttention") == 2
+    # what the fusion removes: the mask, the self-attention's Softmax (the cross-attention
+    # keeps its own), the IsNaN guard
+    assert ops.count("Softmax") == 2 and "IsNaN" not in ops and "LessOrEqual" not in ops
+    feeds = _feeds(step, batch, new, past)
+    want, got = _run(step, feeds), _run(fused, feeds)
+    assert set(got) == set(want)
+    for name, value in want.items():
+        np.testing.assert_allclose(got[name], value, rtol=1e-5, atol=1e-5, err_msg=name)
+
+
+def test_a_step_fed_an_attention_mask_is_left_as_it_is(hub_whisper_onnx):
+    """The fusion drops the block's mask: only right when it is the causal one, so a step
+    that reads any other input (a padding mask) is not fused."""
+    step = _step(hub_whisper_onnx)
+    step.graph.input.append(
+        onnx.helper.make_tensor_value_info("attention_mask", onnx.TensorProto.INT64, [1, 1])
+    )
+    assert fuse_self_attention(step, HEADS) == (step, 0)
+
+
+def test_a_block_that_differs_is_left_as_it_is(hub_whisper_onnx):
+    """Softmax over another axis than the keys: not attention as the fused node computes it.
+    That block stays; the other layer's is fused."""
+    step = _step(hub_whisper_onnx)
+    softmax = next(
+        n
+        for n in step.graph.node
+        if n.op_type == "Softmax" and any(u.op_type == "IsNaN" for u in _users(step, n))
+    )
+    softmax.attribute[0].i = 2
+    fused, count = fuse_self_attention(step, HEADS)
+    assert count == 1
+    assert [n.op_type for n in fused.graph.node].count("MultiHeadAttention") == 1
+
+
+def _users(model: onnx.ModelProto, node: onnx.NodeProto) -> list[onnx.NodeProto]:
+    return [n for n in model.graph.node if set(n.input) & set(node.output)]
