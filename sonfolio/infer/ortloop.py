@@ -76,6 +76,8 @@ class OrtGreedy:
     # a batch of at least this many decodes with `threads` threads: the score eval's 32 gained
     # (fp32 29.5 -> 40.4 systems/s on 2 cores), the speech eval's 16 lost (84 -> 63 clips/s)
     batch_threads = 32
+    # the with-past step's self-attention fused (benchmarks.decoder_step compares without)
+    fuse_attention = True
 
     def __init__(
         self, folder: Path, threads: int, decoder_threads: int, spin: bool, prompt: DecoderPrompt
@@ -143,7 +145,7 @@ class OrtGreedy:
         step = with_past_decoder(merged)
         past = [i for i in merged.graph.input if i.name.startswith("past_key_values")]
         heads = past[0].type.tensor_type.shape.dim[1].dim_value if past else 0
-        if heads > 0:  # 0: not a static dimension
+        if self.fuse_attention and heads > 0:  # 0: not a static dimension
             step, _ = fuse_self_attention(step, heads)
         first = self._session(str(self.folder / DECODER), threads)
         return first, self._session(step.SerializeToString(), threads)

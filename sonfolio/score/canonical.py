@@ -469,7 +469,8 @@ class _Parser:
                 self.markings()
         self.end()
 
-    def bar_arg(self, allowed: tuple[str, ...], where: str) -> str:
+    def bar_arg(self, allowed: tuple[str, ...] = BAR_TYPES, where: str = "") -> str:
+        """A bar line type; one outside `allowed` (a subset of BAR_TYPES) fails with `where`."""
         tok = self.take(what="a bar line type")
         if tok not in BAR_TYPES:
             raise self.fail(f"unknown bar line; allowed: {' '.join(BAR_TYPES)}", self.i - 1)
@@ -490,7 +491,7 @@ class _Parser:
         if self.i >= len(self.toks) - 1:  # the text ends with this bar line
             self.bar_arg(BAR_END_TYPES, f"a line ends only with {' '.join(BAR_END_TYPES)}")
         else:
-            self.bar_arg(BAR_TYPES, "")
+            self.bar_arg()  # any type before a '|'
             if self.toks[self.i] != "|":
                 raise self.fail("a \\bar is followed by '|' or ends the text")
 

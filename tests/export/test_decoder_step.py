@@ -108,3 +108,19 @@ def test_a_block_that_differs_is_left_as_it_is(hub_whisper_onnx):
 
 def _users(model: onnx.ModelProto, node: onnx.NodeProto) -> list[onnx.NodeProto]:
     return [n for n in model.graph.node if set(n.input) & set(node.output)]
+
+
+def test_the_benchmark_compares_the_step_as_exported_with_it_fused(hub_whisper_onnx):
+    """benchmarks/decoder_step.py: its "plain" loop really runs the step unfused, and both
+    loops give an FP32 model's tokens alike."""
+    from benchmarks.decoder_step import loops, measure, nodes
+
+    counts = nodes(hub_whisper_onnx)
+    assert counts["fused_blocks"] == 2
+    assert counts["fused_nodes_after_ort"] < counts["plain_nodes_after_ort"]
+    made = loops(hub_whisper_onnx, 1)
+    assert not made["plain"].fuse_attention and made["fused"].fuse_attention
+    x = np.random.default_rng(0).standard_normal((3, 80, 100)).astype(np.float32)
+    result = measure(made, x, new=6, rounds=1)
+    assert result["same_tokens_clips"] == result["clips"] == 3
+    assert result["fused_ms_p50"] > 0 and result["plain_ms_p50"] > 0
