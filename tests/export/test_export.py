@@ -13,7 +13,13 @@ import torch
 
 from sonfolio.config.params import load_params
 from sonfolio.export.check import fp32_weight_matmuls
-from sonfolio.export.layout import DECODER, ENCODER, OnnxFileError, validate_variant
+from sonfolio.export.layout import (
+    DECODER,
+    ENCODER,
+    OnnxFileError,
+    check_onnx,
+    validate_variant,
+)
 from sonfolio.tracks import get as track_definition
 from tasks.export import run
 
@@ -207,6 +213,8 @@ def test_checker_counts_fp32_weights_inside_if_branches():
 
 
 def test_missing_or_corrupt_onnx_file_is_named(tmp_path):
+    from onnx import TensorProto, helper
+
     folder = tmp_path / "int8_ptq"
     folder.mkdir()
     with pytest.raises(OnnxFileError, match=f"{ENCODER} is missing"):
@@ -214,6 +222,26 @@ def test_missing_or_corrupt_onnx_file_is_named(tmp_path):
     (folder / ENCODER).write_bytes(b"not a protobuf at all")
     with pytest.raises(OnnxFileError, match=f"{ENCODER} is not a valid ONNX model"):
         validate_variant(folder)
+    # a real model cut short (the checker reads the file itself, not a proto built here),
+    # and one that parses but names an operator ONNX does not have
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    good = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("Relu", ["x"], ["y"])],
+            "g",
+            [x],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        )
+    )
+    onnx.save(good, str(folder / ENCODER))
+    check_onnx(folder / ENCODER)
+    (folder / ENCODER).write_bytes((folder / ENCODER).read_bytes()[:-9])
+    with pytest.raises(OnnxFileError, match=f"{ENCODER} is not a valid ONNX model"):
+        check_onnx(folder / ENCODER)
+    good.graph.node[0].op_type = "NoSuchOp"
+    onnx.save(good, str(folder / ENCODER))
+    with pytest.raises(OnnxFileError, match=f"{ENCODER} is not a valid ONNX model"):
+        check_onnx(folder / ENCODER)
 
 
 def test_lean_greedy_loop_gives_the_tokens_of_optimum_generate(
