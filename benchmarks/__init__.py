@@ -28,7 +28,7 @@ def timed_data_run(cfg: Any, track: str, cache: Path | None = None) -> tuple[dic
         start = time.perf_counter()
         stats = run_data(
             cfg,
-            tracks.get(track),
+            tracks.face(track, "data"),
             cache or scratch / "downloads",
             scratch / "out",
             scratch / "stats.json",

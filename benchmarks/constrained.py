@@ -1,5 +1,5 @@
 """What decoding under the canonical grammar costs and gives: plain greedy against constrained
-decoding (sonfolio.score.constrained) of one trained score model, same rows, one run.
+decoding (sonfolio.score.decode.grammar) of one trained score model, same rows, one run.
 
 Run:    python -m benchmarks.constrained [--root RUN] [--model FOLDER] [--split test]
         [--max-samples 300] [--threads 2]
@@ -7,7 +7,7 @@ Reads:  RUN/params.yaml (paths), the score data stage's manifest and images, and
         by default the exported `infer.variant` (int8_ptq) under paths.tracks.score.export
 Writes: benchmarks/results/constrained.json and prints a table: per decoding, the share of
         systems that validate (canonical.validate with the row's time in force), SER (symbol
-        error rate, sonfolio.score.metrics) and TER (sonfolio.evaluation.token_error_rate),
+        error rate, sonfolio.score.eval.metrics) and TER (sonfolio.evaluation.token_error_rate),
         ms per system; for constrained, how often greedy already validated (returned as is),
         searched, cut back to a complete point, or left empty; and the CPU.
 
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 import time
 from collections import Counter
@@ -33,9 +32,11 @@ from sonfolio import cpu
 from sonfolio.config.sections import Sections, parse_sections, read_yaml
 from sonfolio.evaluation import token_error_rate
 from sonfolio.io import read_jsonl, write_json
-from sonfolio.score import canonical, metrics
-from sonfolio.score.evaluate import inputs
-from sonfolio.variants import eval_rows, load
+from sonfolio.score.common import canonical, lexicon
+from sonfolio.score.eval import metrics
+from sonfolio.score.eval.evaluate import inputs
+from sonfolio.variant_eval import eval_rows
+from sonfolio.variants import load
 
 RESULTS = Path("benchmarks/results/constrained.json")
 
@@ -99,7 +100,7 @@ def main() -> None:
     if not rows:
         sys.exit(f"benchmarks.constrained: {manifest} has no {args.split!r} rows")
     variant = load(model, threads=args.threads, device="cpu")
-    load_before = os.getloadavg()
+    load_before = cpu.load_average()
     decoded = decode(variant, rows, data, args)
     stats = Counter(variant.decode_stats)
     result = {name: figures(rows, texts, seconds) for name, (texts, seconds) in decoded.items()}
@@ -119,11 +120,8 @@ def main() -> None:
         "batch_size": args.batch_size,
         "max_tokens": args.max_tokens,
         "threads": args.threads,
-        "cpus": os.cpu_count(),
-        "cpu": cpu.isa(),
-        "load_average_before": [round(x, 2) for x in load_before],
-        "load_average_after": [round(x, 2) for x in os.getloadavg()],
-        "format_version": canonical.FORMAT_VERSION,
+        **cpu.run_conditions(load_before),
+        "format_version": lexicon.FORMAT_VERSION,
     }
     write_json(args.out, result)
     print_table(result)

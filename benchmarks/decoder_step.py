@@ -16,7 +16,6 @@ Writes: benchmarks/results/decoder_step.json and prints a table: per variant, th
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -136,7 +135,7 @@ def main() -> None:
             f"under {export} and its data manifest under {data}: run the pipeline first "
             "(dvc repro export@speech), or pass --root"
         )
-    load_before = os.getloadavg()
+    load_before = cpu.load_average()
     result: dict[str, Any] = {"variants": {}}
     for variant in args.variants:
         folder = export / variant
@@ -152,10 +151,7 @@ def main() -> None:
         "threads": args.threads,
         "decoder_threads": 1,
         "spin": True,
-        "cpus": os.cpu_count(),
-        "cpu": cpu.isa(),
-        "load_average_before": [round(v, 2) for v in load_before],
-        "load_average_after": [round(v, 2) for v in os.getloadavg()],
+        **cpu.run_conditions(load_before),
     }
     write_json(args.out, result)
     print_table(result)

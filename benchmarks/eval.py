@@ -4,7 +4,7 @@ them) and greedy decodes per second for each model variant present.
     python -m benchmarks.eval [--systems 200] [--samples 32] [--threads 2]
 
 compile: the first --systems test systems' reference texts (canonical, so each reaches
-LilyPond) through sonfolio.score.compile_check.compile_texts with score_eval's batch size:
+LilyPond) through sonfolio.score.eval.compile_check.compile_texts with score_eval's batch size:
 grammar check + LilyPond + one PNG each. The grammar check alone is timed too.
 decode: each variant found by sonfolio.variants.discover (the FP32 model and every exported
 folder) decodes the first --samples test samples (inputs made by the track's definition, as
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import platform
 import statistics
 import time
@@ -34,8 +33,8 @@ from benchmarks import console
 from sonfolio import cpu, tracks, variants
 from sonfolio.config.params import Params, load_params
 from sonfolio.io import read_jsonl, write_json
-from sonfolio.score.compile_check import check_grammar, compile_texts
-from sonfolio.score.lilypond import find_lilypond
+from sonfolio.score.common.lilypond import find_lilypond
+from sonfolio.score.eval.compile_check import check_grammar, compile_texts
 
 RESULTS = Path("benchmarks/results/eval.json")
 
@@ -76,7 +75,8 @@ def decode_rate(folder: Path, params: Params, n: int, threads: int, repeats: int
     v = variants.load(folder, threads=threads)
     cfg = params.section(v.track, "eval")
     data = params.paths.track(v.track).data
-    x = tracks.get(v.track).eval_inputs(v, test_rows(data, n), data)  # before the clock starts
+    # the inputs are made before the clock starts
+    x = tracks.face(v.track, "eval").eval_inputs(v, test_rows(data, n), data)
     v.generate(x[: cfg.batch_size], cfg.decode_max_tokens)  # warm-up
     rounds: list[float] = []
     for _ in range(repeats):
@@ -111,7 +111,7 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     params = load_params()
     paths = params.paths
-    load_before = os.getloadavg()
+    load_before = cpu.load_average()
     compile_result = compile_rate(params, args.systems)
     decodes: dict[str, Any] = {}
     for track, where in paths.tracks.items():
@@ -125,11 +125,7 @@ def main() -> None:
         "conditions": {
             "threads": args.threads,
             "repeats": args.repeats,
-            "load_average_before": [round(x, 2) for x in load_before],
-            "load_average_after": [round(x, 2) for x in os.getloadavg()],
-            "cpus": os.cpu_count(),
-            "machine": platform.machine(),
-            "cpu": cpu.isa(),  # int8 decode speed depends on VNNI / AMX / DOTPROD
+            **cpu.run_conditions(load_before),  # int8 decode speed depends on VNNI / AMX
             "python": platform.python_version(),
             "torch": torch.__version__,
             "onnxruntime": onnxruntime.__version__,

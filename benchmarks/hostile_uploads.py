@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import os
 import socket
 import struct
 import subprocess
@@ -295,6 +294,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     todo = cases(args.params, args.parallel)
+    load_before = cpu.load_average()
     port = free_port()
     server = start_server(args, port)
     base, rows = f"http://127.0.0.1:{port}", []
@@ -336,8 +336,7 @@ def main() -> None:
         "params": str(args.params),
         "idle_rss_mb": round(baseline),
         "target_mb": TARGET_MB,
-        "cpu_count": os.cpu_count(),
-        "cpu": cpu.isa(),
+        **cpu.run_conditions(load_before),
         "cases": rows,
     }
     write_json(args.out, result)

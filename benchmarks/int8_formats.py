@@ -35,7 +35,7 @@ import numpy as np
 from rich.table import Table
 
 from benchmarks import console
-from sonfolio import cpu, tracks, variants
+from sonfolio import cpu, int8_weights, tracks, variants
 from sonfolio.config.params import Params, load_params
 from sonfolio.export.int4 import quantize_int4
 from sonfolio.export.int8 import quantize_int8
@@ -110,7 +110,7 @@ def measure(
             "agreement_first_token": round(sum(first) / len(first), 4),
             **error,
             "e2e_ms_p50": round(1e3 * statistics.median(times[name]), 2),
-            "int8_weights": cpu.int8_weight_range(folders[name]),
+            "int8_weights": int8_weights.int8_weight_range(folders[name]),
         }
         if ctc:
             out[name]["agreement_positions"] = round(float((best[name] == best["fp32"]).mean()), 4)
@@ -146,7 +146,7 @@ def main() -> None:
         if not (fp32 / ONNX_FILES[0]).is_file():
             print(f"{name}: skipped, no {fp32} (run `dvc repro export@{name}`)")
             continue
-        track = tracks.get(name)
+        track = tracks.face(name, "bench")
         with tempfile.TemporaryDirectory(prefix="int8_formats-") as tmp:
             folders = build(params, fp32, Path(tmp))
             x, refs = inputs(track, params.paths.track(name).data, fp32, args.samples)

@@ -6,14 +6,14 @@ as `sonfolio read --page` reads them, and compared with the truth note by note.
 Pieces: whole pieces of the collections params.yaml holds out of training
 (score_data.split.heldout_collections) and of music21 collections no score_data source uses
 (--extra, default airdsAirs), seeded (--seed), taken in turn from each collection. A piece
-must convert to one staff of canonical LilyPond as a whole (sonfolio.score.convert with one
+must convert to one staff of canonical LilyPond as a whole (sonfolio.score.data.convert with one
 system for the whole part); one that does not is skipped and counted by reason.
 
 Engraving: the piece's canonical text in a plain `\\score` with a `\\header` title, LilyPond's
 default layout otherwise (its own line and page breaking, bar numbers, no time signature on
 continuation systems, the tagline), PNG pages at --dpi.
 
-Truth, per page and proven: sonfolio.score.pages engraves with a `page-post-process` hook
+Truth, per page and proven: sonfolio.score.common.pages engraves with a `page-post-process` hook
 that prints, for each page, each system's first and last moment (its left and right paper
 columns' `when`, in whole notes from the start). The systems must tile the piece exactly
 (first at 0, each starting where the previous ends, the last ending at the text's length) and
@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import random
 import tempfile
 from collections import Counter
@@ -55,10 +54,14 @@ from sonfolio import cpu
 from sonfolio.config.data import ScoreSource
 from sonfolio.config.params import Params, load_params
 from sonfolio.io import read_jsonl, write_json
-from sonfolio.score import page_eval, pages
-from sonfolio.score.convert import systems_from_score
-from sonfolio.score.lilypond import find_lilypond
-from sonfolio.score.page_eval import (
+from sonfolio.score.common import pages
+from sonfolio.score.common.lilypond import find_lilypond
+from sonfolio.score.common.pages import Layout, LayoutUnproven, Page
+from sonfolio.score.data.convert import systems_from_score
+from sonfolio.score.data.parse import SourceError, abc_tune_score, abc_tunes, pieces_from_file
+from sonfolio.score.data.sources import Unit, list_units
+from sonfolio.score.eval import page_eval
+from sonfolio.score.eval.page_eval import (
     Note,
     notes_of,
     page_truth,
@@ -66,9 +69,6 @@ from sonfolio.score.page_eval import (
     summarize,
     system_note_rates,
 )
-from sonfolio.score.pages import Layout, LayoutUnproven, Page
-from sonfolio.score.parse import SourceError, abc_tune_score, abc_tunes, pieces_from_file
-from sonfolio.score.sources import Unit, list_units
 
 RESULTS = Path("benchmarks/results/pages.json")
 WHOLE_PIECE = 100_000  # bars per system: the converter gives the whole part as one text
@@ -135,13 +135,13 @@ def load_piece(unit: Unit, counts: Counter[str]) -> Piece | None:
 
 def engrave(text: str, title: str, workdir: Path, exe: Path, dpi: int, paper: str) -> list[Page]:
     """PNG pages of the piece in LilyPond's default layout, each with its systems' moments
-    (sonfolio.score.pages.engrave; raises its LayoutUnproven)."""
+    (sonfolio.score.common.pages.engrave; raises its LayoutUnproven)."""
     _, length = notes_of(text)
     return pages.engrave(text, length, Layout(paper, title=title), workdir, exe, dpi, 300)
 
 
 def page_row(piece: Piece, number: int, page: Page, truth: list[Note], reading: Any) -> dict:
-    """One page's figures (sonfolio.score.page_eval.page_row) for a benchmark piece."""
+    """One page's figures (sonfolio.score.eval.page_eval.page_row) for a benchmark piece."""
     unit = piece.unit
     return page_eval.page_row(
         unit.piece, unit.collection, piece.title, number, page, truth, reading
@@ -236,7 +236,7 @@ def main() -> None:
         exported = args.root / paths.track("score").export / params.infer.variant
         model = exported if exported.is_dir() else args.root / paths.track("score").model
     variant = load_model(model, "score", args.threads, "cpu")
-    load_before = os.getloadavg()
+    load_before = cpu.load_average()
     with tempfile.TemporaryDirectory() as tmp:
         work = args.keep or Path(tmp)
         result = run(args, params, variant, work)
@@ -257,10 +257,7 @@ def main() -> None:
         "seed": args.seed,
         "collections": sorted({p["piece"].split("/")[0] for p in result["pieces"]}),
         "threads": args.threads,
-        "cpus": os.cpu_count(),
-        "cpu": cpu.isa(),
-        "load_average_before": [round(x, 2) for x in load_before],
-        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        **cpu.run_conditions(load_before),
     }
     write_json(args.out, result)
     print_table(result)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
@@ -119,7 +118,7 @@ def summary(benches: dict[str, dict[str, Any]], params: Params) -> dict[str, Any
         ratios = vs_faster_whisper(variants)
         if ratios is not None:
             result["tracks"][track] |= ratios
-    result["load_average_at_report"] = [round(x, 2) for x in os.getloadavg()]
+    result["load_average_at_report"] = cpu.load_average()
     result["cpu"] = cpu.isa()  # int8 / int4 speed and quality depend on VNNI / AMX / DOTPROD
     return result
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from rich.table import Table
 
 from benchmarks import console, timed_data_run
+from sonfolio import cpu
 from sonfolio.config.data import ScoreData
 from sonfolio.config.params import load_params
 from sonfolio.io import write_json
@@ -75,7 +76,7 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     params = load_params()
     cfg, cache = params.score_data, params.paths.download_cache
-    load_before = os.getloadavg()[0]  # another busy process on 2 cores halves the result
+    load_before = cpu.load_average()  # another busy process on 2 cores halves the result
     runs = {f"{w}_process": systems_per_s(cfg, cache, w, args.pieces) for w in (1, 2)}
     result = {
         "systems_per_s": {k: v["systems_per_s"] for k, v in runs.items()},
@@ -83,10 +84,8 @@ def main() -> None:
         "noop_repro_s": noop_repro_s(),
         "conditions": {
             "pieces": args.pieces,
-            "cpus": os.cpu_count(),
-            "load_avg_1min_before": round(load_before, 2),
+            **cpu.run_conditions(load_before),
             "resolution_dpi": cfg.resolution_dpi,
-            "machine": platform.machine(),
             "python": platform.python_version(),
             "image_long_side": cfg.image_long_side,
             "augment": cfg.augment.enabled,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import platform
 import statistics
 import tempfile
@@ -24,14 +23,15 @@ import numpy as np
 from rich.table import Table
 
 from benchmarks import console, timed_data_run
+from sonfolio import cpu
 from sonfolio.config.data import SpeechData
 from sonfolio.config.params import load_params
 from sonfolio.io import write_json
 from sonfolio.parallel import worker_count
-from sonfolio.speech.audio import add_noise, from_pcm16, resample, to_pcm16, write_wav
-from sonfolio.speech.espeak import Synthesizer
-from sonfolio.speech.normalize import spell_numbers
-from sonfolio.speech.synthetic import plan
+from sonfolio.speech.common.audio import add_noise, from_pcm16, resample, to_pcm16, write_wav
+from sonfolio.speech.common.normalize import spell_numbers
+from sonfolio.speech.data.espeak import Synthesizer
+from sonfolio.speech.data.synthetic import plan
 
 RESULTS = Path("benchmarks/results/speech_data.json")
 TARGET_PER_S = 100  # on 2 cores
@@ -78,6 +78,7 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     cfg = load_params().speech_data
     cores = worker_count(0)
+    load_before = cpu.load_average()
     runs = {f"{w}_process": utterances_per_s(cfg, args.utterances, w) for w in sorted({1, cores})}
     syn = cfg.synthetic
     result: dict[str, Any] = {
@@ -86,13 +87,12 @@ def main() -> None:
         "step_ms": step_ms(cfg, 200),
         "conditions": {
             "utterances": args.utterances,
-            "cpus": cores,
-            "machine": platform.machine(),
+            **cpu.run_conditions(load_before),
+            "workers": cores,
             "python": platform.python_version(),
             "rate_wpm": list(syn.rate_wpm),
             "noise_fraction": syn.noise_fraction,
             "max_duration_s": cfg.max_duration_s,
-            "os_cpu_count": os.cpu_count(),
         },
         "targets": {"utterances_per_s_2_cores": TARGET_PER_S},
     }

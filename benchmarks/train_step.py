@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import logging
 import multiprocessing
-import os
 import platform
 import tempfile
 from concurrent.futures import ProcessPoolExecutor
@@ -36,7 +35,7 @@ import torch
 from rich.table import Table
 
 from benchmarks import console
-from sonfolio import tracks
+from sonfolio import cpu, tracks
 from sonfolio.config.params import Params, load_params
 from sonfolio.config.train import EngineOptions
 from sonfolio.io import write_json
@@ -58,7 +57,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
 def measure(track_name: str, params: Params, steps: int, opts: EngineOptions) -> dict[str, Any]:
     """`steps` timed steps of one track (`track_name`: its training stage, score_train)."""
     track = track_name.removesuffix("_train")
-    training = tracks.get(track).training(params)
+    training = tracks.face(track, "train").training(params)
     own = params.paths.track(track)
     setup = training.setup(own.data, own.tokenizer)
     total = steps + 2  # the engine leaves the first 2 steps out of the breakdown
@@ -95,9 +94,7 @@ def conditions(preset: str) -> dict[str, Any]:
         "preset": preset,
         "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
         "torch_threads": torch.get_num_threads(),
-        "os_cpu_count": os.cpu_count(),
-        "load_average_1min": round(os.getloadavg()[0], 2),
-        "machine": platform.machine(),
+        **cpu.run_conditions(cpu.load_average()),
         "python": platform.python_version(),
         "torch": torch.__version__,
     }

@@ -16,12 +16,11 @@ said to be). Written here because neither torch nor onnxruntime exposes VNNI / A
 from __future__ import annotations
 
 import functools
+import os
 import platform
 import subprocess
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 # |weight| at most this: a u8 x s8 pair sums to at most 2 * 255 * 64 = 32640 <= 32767
 SAFE_INT8_WEIGHT = 64
@@ -132,41 +131,6 @@ def summary(cpu: dict[str, Any]) -> str:
     return text
 
 
-def int8_weight_range(folder: Path) -> dict[str, Any] | None:
-    """The int8 MatMul weights of an ONNX variant folder: {"max_abs", "bits", "signed",
-    "matmuls"} over every `*.onnx` file, subgraphs included; None when it has no int8 MatMul.
-
-    `bits` is 7 when every signed weight lies within [-64, 64] (no saturation on any CPU),
-    else 8. Unsigned (u8 x u8) weights do not saturate either: `signed` False.
-    """
-    import onnx
-    from onnx import numpy_helper
-
-    from sonfolio.onnx_graphs import graphs
-
-    max_abs, signed, count = 0, True, 0
-    for path in sorted(folder.glob("*.onnx")):
-        model = onnx.load(str(path))
-        inits = {i.name: i for g in graphs(model.graph) for i in g.initializer}
-        for graph in graphs(model.graph):
-            for node in graph.node:
-                if node.op_type not in ("MatMulInteger", "DynamicQuantizeMatMul"):
-                    continue
-                weight = inits.get(node.input[1])
-                if weight is None:
-                    continue
-                array = numpy_helper.to_array(weight)
-                count += 1
-                if array.dtype == np.uint8:
-                    signed = False
-                    continue
-                max_abs = max(max_abs, int(np.abs(array.astype(np.int16)).max(initial=0)))
-    if not count:
-        return None
-    bits = 7 if max_abs <= SAFE_INT8_WEIGHT else 8
-    return {"max_abs": max_abs, "bits": bits, "signed": signed, "matmuls": count}
-
-
 def describe(weights: dict[str, Any] | None) -> str:
     """An `int8_weight_range` result in words: "7-bit (max |w| 64 of 127; no saturation on
     any CPU)", or "" for a folder with no int8 MatMul."""
@@ -178,14 +142,19 @@ def describe(weights: dict[str, Any] | None) -> str:
     return f"{weights['bits']}-bit (max |w| {weights['max_abs']} of 127; {where})"
 
 
-def int8_warning(folder: Path, cpu: dict[str, Any]) -> str | None:
-    """Why the int8 model in `folder` loses accuracy on `cpu`, or None when it does not."""
-    found = int8_weight_range(folder)
-    if not found or not found["signed"] or found["bits"] == 7 or not saturates(cpu):
-        return None
-    return (
-        f"{folder}: int8 weights reach {found['max_abs']} (8-bit), and this CPU "
-        f"({summary(cpu)}) has no VNNI or AMX, so ONNX Runtime's int8 MatMul saturates on it "
-        "and the model reads worse than it measured where it was exported; re-export with "
-        "export.int8_weight_bits: 7 (dvc repro the export stage)"
-    )
+def load_average() -> list[float]:
+    """The 1, 5 and 15 minute load averages, rounded: how busy the machine was."""
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def run_conditions(load_before: list[float]) -> dict[str, Any]:
+    """What a measurement ran on, written once for every benchmark's JSON: the cores, the CPU
+    and its int8 instruction sets (speed and int8 figures depend on them), and the load
+    averages before (`load_before`, from `load_average()`) and now."""
+    return {
+        "cpus": os.cpu_count(),
+        "cpu": isa(),
+        "machine": platform.processor() or platform.machine(),
+        "load_average_before": load_before,
+        "load_average_after": load_average(),
+    }

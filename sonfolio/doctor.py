@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from sonfolio import cpu, tracks
+from sonfolio import cpu, int8_weights, tracks
 from sonfolio.train import speed
 from sonfolio.train.batch import fixed_micro_batch
 from sonfolio.train.device import (
@@ -192,7 +192,7 @@ def _compile(opts: EngineOptions, probe: nn.Module) -> str:
 def track_choices(track: str, params: Params, backend: Backend, cache: Path) -> dict[str, Any]:
     """What the engine would choose for this track: each choice with its reason."""
     stage = f"{track}_train"  # its params section, and its name in the micro-batch cache
-    training = tracks.get(track).training(params)
+    training = tracks.face(track, "train").training(params)
     loop = training.cfg
     opts = params.engine_options(loop.preset)
     out: dict[str, Any] = {"stage": stage, "preset": loop.preset}
@@ -231,11 +231,15 @@ def int8_models(params: Params, tracks: list[str], extra: list[Path]) -> list[di
     for folder in folders:
         if not folder.is_dir():
             raise FileNotFoundError(f"--model {folder}: no such folder")
-        warning = cpu.int8_warning(folder, cpu.isa())
+        warning = int8_weights.int8_warning(folder, cpu.isa())
         if warning:
             log.warning(warning)
         found.append(
-            {"folder": str(folder), "weights": cpu.int8_weight_range(folder), "warning": warning}
+            {
+                "folder": str(folder),
+                "weights": int8_weights.int8_weight_range(folder),
+                "warning": warning,
+            }
         )
     return found
 

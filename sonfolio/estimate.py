@@ -288,7 +288,7 @@ def build_track(
         MissingInput: naming the stage that makes the missing data or tokenizer.
         DeviceCannotDo: a model size or precision this device cannot train, as the stage would.
     """
-    training = tracks.get(name).training(params)
+    training = tracks.face(name, "train").training(params)
     own = params.paths.track(name)
     _require(own.data / "manifest.jsonl", f"the {name} data", f"data@{name}")
     _require(own.tokenizer / "tokenizer.json", f"the {name} tokenizer", f"tokenizer@{name}")

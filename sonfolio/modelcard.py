@@ -77,7 +77,7 @@ Exported on: {{ exported_on }}.
 def render(
     track: Any, card: TrackExport, cfg: Export, variant: str, base_model: str, figures: dict
 ) -> str:
-    """The README.md of one variant folder of `track` (a definition, sonfolio.tracks)."""
+    """The README.md of one variant folder of `track` (its export face)."""
     checks = figures.get("weight_check", {})
     data = ModelCardData(
         license=card.license,

@@ -260,3 +260,9 @@ def _collect(w: _Worker[T], lost: Callable[[T, str], R] | None) -> tuple[int, R,
 
 def batched(items: Sequence[T], n: int) -> list[Sequence[T]]:
     return [items[i : i + n] for i in range(0, len(items), n)]
+
+
+def slices(n: int, size: int) -> Iterator[slice]:
+    """Slices of `size` items (the last one shorter) over a sequence of `n`: batches to decode."""
+    for start in range(0, n, size):
+        yield slice(start, min(n, start + size))

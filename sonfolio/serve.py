@@ -36,7 +36,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from sonfolio.infer.formats import read_lilypond, read_result, read_text, transcript_result
 from sonfolio.infer.inputs import BadInput, open_audio, open_image
 from sonfolio.infer.run import TRACK_FLAG, check_fit, load_model, read_image, transcribe
-from sonfolio.speech.audio import SAMPLE_RATE
+from sonfolio.speech.common.audio import SAMPLE_RATE
 from sonfolio.variants import Variant
 
 if TYPE_CHECKING:

@@ -1,5 +1,5 @@
 """Model variants: one trained model in any of its saved forms, ready to decode greedily (or,
-for the score track, constrained by the canonical grammar: sonfolio.score.constrained).
+for the score track, constrained by the canonical grammar: sonfolio.score.decode.grammar).
 
 A variant is a folder. Either a PyTorch folder (`save_pretrained`: config.json,
 model.safetensors, tokenizer, processor) or an ONNX folder in optimum's layout
@@ -18,11 +18,8 @@ CUDA when torch sees a GPU. Every choice is logged with its reason. A model whos
 
 from __future__ import annotations
 
-import csv
 import json
 import logging
-import random
-import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -33,13 +30,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerBase
 
-from sonfolio import cpu, tracks
+from sonfolio import tracks
 from sonfolio.export.layout import DECODER, ENCODER, UNMERGED
 from sonfolio.infer.ortloop import OrtGreedy
 from sonfolio.train import ctc
 
 if TYPE_CHECKING:
-    from sonfolio.score.constrained import Carry
+    from sonfolio.score.decode.vocab import Carry
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +98,7 @@ class Variant:
     @property
     def input_name(self) -> str:
         """The model's input, as its track names it: "pixel_values" (score), ..."""
-        return tracks.get(self.track).input_name
+        return tracks.face(self.track, "export").input_name
 
     @torch.no_grad()
     def generate(
@@ -112,13 +109,13 @@ class Variant:
         constrained: bool = False,
     ) -> list[str]:
         """Greedy decoding (one beam, no sampling) of a batch, or decoding constrained by the
-        track's grammar (sonfolio.score.constrained: every text validates, or is empty where
+        track's grammar (sonfolio.score.decode.grammar: every text validates, or is empty where
         nothing valid was found).
 
         Args:
             inputs: score: (B, 1, H, W) float pixels in [0, 1], ink = 1
-                (sonfolio.score.batches); speech: (B, mel bins, frames) log-mel features
-                (sonfolio.speech.batches).
+                (sonfolio.score.model.batches); speech: (B, mel bins, frames) log-mel features
+                (sonfolio.speech.model.batches).
             max_new_tokens: decoding limit per sample.
             times: score, constrained: per sample the time signature in force before it (None:
                 unknown), or a `Carry` (each sample in the time the one before leaves).
@@ -157,7 +154,7 @@ class Variant:
         self, inputs: torch.Tensor, new: int, times: Sequence[str | None] | Carry | None
     ) -> list[str]:
         # the track's definition names the module that decodes under its grammar
-        cs = getattr(tracks.get(self.track), "grammar", lambda: None)()
+        cs = tracks.face(self.track, "infer").grammar()
         if cs is None:
             raise VariantError(
                 f"{self.name}: constrained decoding needs a grammar; the {self.track} track has "
@@ -394,7 +391,7 @@ def _preprocessing(folder: Path, track: str) -> tuple[PreTrainedTokenizerBase, A
             )
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(folder))
-        processor = tracks.get(track).processor_class().from_pretrained(str(folder))
+        processor = tracks.face(track, "export").processor_class().from_pretrained(str(folder))
     except (OSError, ValueError) as err:
         raise VariantError(f"{folder}: tokenizer or processor unreadable: {err}") from err
     return tokenizer, processor
@@ -411,7 +408,7 @@ def _torch_device(device: str) -> str:
 def _load_torch(folder: Path, track: str, threads: int | None, device: str) -> tuple[Any, str]:
     if threads:
         torch.set_num_threads(threads)
-    cls = tracks.get(track).torch_model_class()
+    cls = tracks.face(track, "export").torch_model_class()
     try:
         model = ctc.load_head(cls.from_pretrained(str(folder)), folder)
     except (OSError, ValueError, RuntimeError) as err:
@@ -459,7 +456,7 @@ def _load_onnx(folder: Path, track: str, threads: int | None, provider: str) -> 
     options = ort.SessionOptions()
     if threads:
         options.intra_op_num_threads = threads
-    cls = tracks.get(track).ort_model_class()
+    cls = tracks.face(track, "export").ort_model_class()
     try:
         model = cls.from_pretrained(str(folder), provider=provider, session_options=options)
     except Exception as err:  # onnxruntime raises its own pybind exception types
@@ -482,87 +479,3 @@ def _unreadable(files: list[Path]) -> Path | None:
         except Exception:  # protobuf's DecodeError and onnx's own errors: any means unreadable
             return path
     return None
-
-
-def eval_rows(rows: list[dict], split: str, cap: int | None, seed: int) -> list[dict]:
-    """The manifest rows of `split` that every variant is evaluated on: all of them, or a
-    seeded random `cap` (the same for every variant and run), in manifest order."""
-    chosen = [r for r in rows if r["split"] == split]
-    if cap is not None and len(chosen) > cap:
-        keep = set(random.Random(f"{seed}-{split}").sample(range(len(chosen)), cap))
-        chosen = [r for i, r in enumerate(chosen) if i in keep]
-    return chosen
-
-
-def add_deltas(per_variant: dict[str, dict], reference: str, keys: tuple[str, ...]) -> None:
-    """Add `delta_<key>` (variant minus reference, per split) to every variant's metrics, so
-    quantization's quality cost is a number in the metrics, not an assumption.
-
-    `per_variant` maps a variant name to {"splits": {split: {key: value, ...}}, ...}.
-    """
-    for name, entry in per_variant.items():
-        for split, m in entry["splits"].items():
-            ref = per_variant[reference]["splits"][split]
-            for key in keys:
-                m[f"delta_{key}"] = round(m[key] - ref[key], 4) if name != reference else 0.0
-
-
-def evaluate_all(
-    folders: list[Path],
-    track: str,
-    threads: int | None,
-    splits: dict[str, list[dict]],
-    evaluate: Callable[[Variant, str, list[dict]], dict[str, Any]],
-    search_workers: int = 1,
-) -> dict[str, dict]:
-    """`evaluate(variant, split, rows)` for every variant folder and split, one model in
-    memory at a time: {variant name: {"kind", "folder", "device", "splits": {split: metrics}}}.
-    `search_workers`: each variant's `search_workers`.
-
-    Raises:
-        VariantError: a folder cannot be loaded, or holds a model of the other track.
-    """
-    per_variant: dict[str, dict] = {}
-    for folder in folders:
-        v = load(folder, threads=threads)
-        if v.track != track:
-            raise VariantError(f"{folder} is a {v.track} model, not a {track} model")
-        v.search_workers = search_workers
-        entry = {"kind": v.kind, "folder": str(folder), "device": v.device, "splits": {}}
-        if v.kind != "torch" and (weights := cpu.int8_weight_range(folder)):
-            entry["int8_weights"] = weights
-        for split, rows in splits.items():
-            entry["splits"][split] = evaluate(v, split, rows)
-        per_variant[v.name] = entry
-        del v
-    return per_variant
-
-
-def quality_results(
-    per_variant: dict[str, dict],
-    reference: str,
-    keys: tuple[str, ...],
-    extra: str,
-    csv_path: Path,
-    started: float,
-) -> dict[str, Any]:
-    """Deltas against `reference` added, the per-variant CSV for `dvc plots show` written
-    (one row per variant and split: `keys` and `extra`), and the stage's metrics returned."""
-    add_deltas(per_variant, reference, keys)
-    tmp = csv_path.with_name(f".{csv_path.name}.tmp")
-    csv_path.parent.mkdir(parents=True, exist_ok=True)
-    with tmp.open("w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f)
-        w.writerow(["variant", "kind", "split", "run", *keys, extra])
-        for name, entry in per_variant.items():
-            for split, m in entry["splits"].items():
-                w.writerow(
-                    [name, entry["kind"], split, f"{name} {split}"] + [m[k] for k in (*keys, extra)]
-                )
-    tmp.replace(csv_path)
-    return {
-        "reference": reference,
-        "variants": per_variant,
-        "seconds": round(time.perf_counter() - started, 1),
-        "cpu": cpu.isa(),  # int8 quality depends on it (sonfolio.cpu)
-    }

@@ -13,7 +13,7 @@ Writes: ${paths.metrics}/<track>_bench.json: per variant size, peak RSS, latency
 
 Variants: torch FP32, torch bf16 (where the device has it), ORT fp32 / int8 / int4 (PTQ, and
 QAT once exported), each also through the plain greedy loop (bench.lean_loop). What differs
-between tracks (inputs, quality, gate, peer engines) the track's definition says; how each
+between tracks (inputs, quality, gate, peer engines) the track's face says; how each
 figure is measured, sonfolio.bench.
 """
 
@@ -41,7 +41,7 @@ from sonfolio.bench.torch_runtime import bf16_support
 from sonfolio.bench.track import Track, bench_track, finish
 from sonfolio.config.bench import Bench, BenchParams
 from sonfolio.config.export import Export
-from sonfolio.config.sections import load_sections
+from sonfolio.config.stage import load_sections
 from sonfolio.export.layout import file_sizes, variant_names
 from sonfolio.io import read_jsonl
 from sonfolio.logs import setup_logging
@@ -109,7 +109,7 @@ def run(
     export_dir: Path,
     metrics_path: Path,
 ) -> dict[str, Any]:
-    """Measure every variant of `track` (a definition, sonfolio.tracks) and the peer engines
+    """Measure every variant of `track` (its face, sonfolio.tracks.face) and the peer engines
     it asks for; write and return the metrics. `gate` is the track's `<track>_bench` section.
 
     Raises:
@@ -173,7 +173,7 @@ def run_with_params(params: BenchParams | Params, name: str) -> dict[str, Any]:
     which benchmarks/quant.py runs too."""
     paths = params.paths.track(name)
     return run(
-        tracks.get(name),
+        tracks.face(name, "bench"),
         params.bench,
         params.section(name, "bench"),
         params.export,

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 from sonfolio.config.base import ParamsError, read_yaml
-from sonfolio.config.sections import check_file
+from sonfolio.config.stage import check_file
 
 OUTPUT = "check_params.json"
 # The output's whole content: constant, so that no downstream stage reruns for it.

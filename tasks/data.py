@@ -9,7 +9,7 @@ Writes: ${paths.tracks.<track>.data}/ (the files, manifest.jsonl: a row per file
         sha256), ${paths.metrics}/<track>_data.json (counts per split, skipped inputs by
         reason, seconds, <items>_per_s)
 
-What a track builds and the rows it writes are its definition's (`build_data`); skipped inputs
+What a track builds and the rows it writes are its data face's (`build_data`); skipped inputs
 are counted and capped there. Nothing is left in place of the output on failure.
 """
 
@@ -19,11 +19,12 @@ import logging
 import sys
 import time
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from sonfolio import tracks
 from sonfolio.config.data import DataParams
-from sonfolio.config.sections import load_sections
+from sonfolio.config.stage import load_sections
+from sonfolio.faces import DataFace
 from sonfolio.io import file_sha256, staged_dir, write_json, write_jsonl
 from sonfolio.logs import setup_logging
 from sonfolio.parallel import sigterm_raises
@@ -31,20 +32,8 @@ from sonfolio.parallel import sigterm_raises
 log = logging.getLogger(__name__)
 
 
-class DataTrack(Protocol):
-    """What this step asks of a track's definition."""
-
-    name: str
-    data_file: str  # the manifest column naming each row's file
-    data_items: str  # what a row is (systems, utterances), for the metrics' `<items>_per_s`
-
-    def build_data(
-        self, cfg: Any, download_cache: Path, out: Path
-    ) -> tuple[list[dict[str, Any]], dict[str, Any]]: ...
-
-
 def run(
-    cfg: Any, track: DataTrack, download_cache: Path, out: Path, metrics: Path
+    cfg: Any, track: DataFace, download_cache: Path, out: Path, metrics: Path
 ) -> dict[str, Any]:
     """Build `track`'s dataset from `cfg` (its <track>_data section) into `out`, replaced only
     on success, and write its stats to `metrics`.
@@ -79,7 +68,7 @@ def main() -> None:
     with sigterm_raises():
         run(
             params.section(track, "data"),
-            tracks.get(track),
+            tracks.face(track, "data"),
             params.paths.download_cache,
             params.paths.track(track).data,
             params.paths.metrics / f"{track}_data.json",

@@ -22,7 +22,7 @@ from typing import Any
 
 from sonfolio import tracks
 from sonfolio.config.estimate import EstimateParams
-from sonfolio.config.sections import load_sections
+from sonfolio.config.stage import load_sections
 from sonfolio.estimate import estimate
 from sonfolio.io import write_json
 from sonfolio.logs import setup_logging

@@ -13,7 +13,7 @@ Writes: under paths.tracks.<track>.eval: samples/<variant>/<split>/ (predictions
         and quality.csv (dvc plots); ${paths.metrics}/<track>_eval.json (per variant and split,
         with each variant's difference from the reference)
 
-What a track measures and shows is in its definition (sonfolio/<track>/definition.py, eval);
+What a track measures and shows is in its eval face (sonfolio/<track>/steps/eval.py);
 the metrics' definitions: docs/evaluation.md.
 """
 
@@ -25,14 +25,15 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from rich.progress import Progress
 
-from sonfolio import parallel, tracks, variants
+from sonfolio import parallel, tracks, variant_eval, variants
 from sonfolio.config.eval import EvalParams, ScoreEval, SpeechEval
-from sonfolio.config.sections import load_sections
+from sonfolio.config.stage import load_sections
 from sonfolio.evaluation import Decoded
+from sonfolio.faces import EvalFace
 from sonfolio.io import read_jsonl, staged_dir, write_json
 from sonfolio.logs import setup_logging
 
@@ -42,34 +43,8 @@ STEP = "eval"
 EvalConfig = ScoreEval | SpeechEval  # the fields read here are common to every track's section
 
 
-class Scorer(Protocol):
-    """A track's scoring of one variant's outputs on one split (its definition's eval_scorer)."""
-
-    def score(self, decoded: Decoded, folder: Path) -> dict[str, Any]:
-        """The split's metrics; writes predictions.jsonl and the track's samples into folder."""
-        ...
-
-
-class EvalTrack(Protocol):
-    """What the eval asks a track's definition (sonfolio/<track>/definition.py, its eval part;
-    the methods there are untyped, as the definition imports nothing at load time)."""
-
-    name: str
-    eval_delta_keys: tuple[str, ...]  # compared with the reference; quality.csv's columns
-    eval_csv_extra: str  # one more quality.csv column
-
-    def eval_tool(self, params: Any) -> Any: ...  # what the scorer runs outside Python, or None
-
-    def eval_inputs(self, variant: variants.Variant, rows: list[dict], data: Path) -> Any: ...
-
-    def eval_scorer(self, cfg: Any, data: Path, tool: Any, work: Path) -> Scorer: ...
-
-    # the track's own figures beside the variants' (score: whole pages), or None
-    def eval_extra(self, params: Any, paths: Any) -> Callable[[Path], dict[str, Any]] | None: ...
-
-
 def decode(
-    track: EvalTrack, v: variants.Variant, rows: list[dict], data: Path, cfg: EvalConfig
+    track: EvalFace, v: variants.Variant, rows: list[dict], data: Path, cfg: EvalConfig
 ) -> list[str]:
     """Greedy (or grammar-constrained) outputs for `rows`, `cfg.batch_size` samples per
     generate call."""
@@ -78,13 +53,14 @@ def decode(
         task = bar.add_task(f"{v.name}: decoding", total=len(rows))
         for start in range(0, len(rows), cfg.batch_size):
             chunk = rows[start : start + cfg.batch_size]
-            # a track whose section has `constrained` decodes under its grammar, each row in
-            # the time in force before it (a manifest's `time`; None where its header states one)
+            # a track with a grammar may decode under it (its eval face's decode_options), each
+            # row in the time in force before it (a manifest's `time`; None where its header
+            # states one)
             hyps += v.generate(
                 track.eval_inputs(v, chunk, data),
                 cfg.decode_max_tokens,
                 times=[r.get("time") for r in chunk],
-                constrained=getattr(cfg, "constrained", False),
+                **track.decode_options(cfg),
             )
             bar.advance(task, len(chunk))
     return hyps
@@ -100,7 +76,7 @@ def _round(m: Any) -> Any:
 
 def run(
     cfg: EvalConfig,
-    track: EvalTrack,
+    track: EvalFace,
     data: Path,
     variant_dirs: list[Path],
     out: Path,
@@ -112,11 +88,11 @@ def run(
     """Evaluate each variant folder (the first is the reference) on cfg.splits.
 
     Args:
-        tool: what the track's scorer runs outside Python (its definition's eval_tool: score,
+        tool: what the track's scorer runs outside Python (its eval face's eval_tool: score,
             the LilyPond binary; speech, None).
         baselines: models scored after the variants as what training started from (speech:
             the untouched base); named in the metrics' `baselines`.
-        extra: the track's own figures (its definition's eval_extra; score: whole pages read
+        extra: the track's own figures (its eval face's eval_extra; score: whole pages read
             end to end), called with a scratch folder; merged into the metrics.
 
     Raises:
@@ -124,7 +100,7 @@ def run(
         ValueError: a split has no samples.
     """
     rows = read_jsonl(data / "manifest.jsonl")
-    splits = {s: variants.eval_rows(rows, s, cfg.max_samples, cfg.seed) for s in cfg.splits}
+    splits = {s: variant_eval.eval_rows(rows, s, cfg.max_samples, cfg.seed) for s in cfg.splits}
     for split, chosen in splits.items():
         if not chosen:
             raise ValueError(
@@ -145,10 +121,12 @@ def run(
             return _round(m)
 
         every = variant_dirs + (baselines or [])
-        # a track whose section has `search_workers` spreads its constrained searches
-        workers = parallel.worker_count(getattr(cfg, "search_workers", 1))
-        per_variant = variants.evaluate_all(every, track.name, cfg.threads, splits, one, workers)
-    result = variants.quality_results(
+        # a track with a search to spread says over how many processes (its eval face)
+        workers = parallel.worker_count(track.search_workers(cfg))
+        per_variant = variant_eval.evaluate_all(
+            every, track.name, cfg.threads, splits, one, workers
+        )
+    result = variant_eval.quality_results(
         per_variant,
         variant_dirs[0].name,
         track.eval_delta_keys,
@@ -169,7 +147,7 @@ def main() -> None:
     track = tracks.from_argv(sys.argv[1:], STEP)
     params = load_sections(EvalParams)
     paths = params.paths.track(track)
-    definition = tracks.get(track)
+    definition = tracks.face(track, "eval")
     cfg = params.section(track, STEP)
     with tempfile.TemporaryDirectory(prefix=f"eval-{track}-") as work:
         # a track's baselines (speech: the untouched base, zero-shot) are scored beside them

@@ -11,7 +11,7 @@ Writes: ${paths.tracks.<track>.export}/{fp32,int8_ptq,int4_ptq,int8_qat,int4_qat
 
 The QAT variants (int8_qat, int4_qat) are built once the qat stage has written its models
 (docs/export.md). What differs between tracks (optimum's export task, the model card's texts)
-the track's definition says; the routes are sonfolio.export's.
+the track's face says; the routes are sonfolio.export's.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 
 from sonfolio import tracks
 from sonfolio.config.export import Export, ExportParams, TrackExport
-from sonfolio.config.sections import load_sections
+from sonfolio.config.stage import load_sections
 from sonfolio.export.track import export_track, sources
 from sonfolio.io import write_json
 from sonfolio.logs import setup_logging
@@ -40,7 +40,7 @@ def run(
     out: Path,
     metrics_path: Path,
 ) -> dict[str, Any]:
-    """Export `fp32_model` of `track` (a definition, sonfolio.tracks), and the QAT model(s)
+    """Export `fp32_model` of `track` (its face, sonfolio.tracks.face), and the QAT model(s)
     under `qat_model` when given (one folder per scheme, int8/ and int4/, or one HF folder),
     into the variant folders under `out`; write and return the metrics.
 
@@ -66,7 +66,7 @@ def main() -> None:
     params = load_sections(ExportParams)
     paths = params.paths.track(name)
     run(
-        tracks.get(name),
+        tracks.face(name, "export"),
         params.export,
         params.section(name, "export"),
         paths.model,

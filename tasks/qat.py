@@ -12,7 +12,7 @@ Writes: ${paths.tracks.<track>.qat}/<scheme>/ (int8/, int4/: the transformers mo
         ${paths.live}/<track>_qat/<scheme>/; resumable checkpoints under
         ${paths.checkpoints}/<track>_qat/ (removed on success)
 
-The data is read as the train step reads it (the definition's `training`, from
+The data is read as the train step reads it (the train face's `training`, from
 <track>_train); <track>_qat's params say how the fine-tune runs (sonfolio/qat.py).
 """
 
@@ -24,14 +24,15 @@ from typing import Any
 
 from sonfolio import qat, tracks
 from sonfolio.config.qat import QatParams, QatTrain
-from sonfolio.config.sections import load_sections
+from sonfolio.config.stage import load_sections
 from sonfolio.config.train import EngineOptions
+from sonfolio.faces import QatFace
 from sonfolio.logs import setup_logging
 from sonfolio.train.setup import Training
 
 
 def run(
-    definition: Any,
+    definition: QatFace,
     cfg: QatTrain,
     training: Training,
     opts: EngineOptions,
@@ -44,8 +45,9 @@ def run(
     live: Path | None,
     int8_bits: int,
 ) -> dict[str, Any]:
-    """Fine-tune the track's model in `fp32` per scheme of `cfg` (`definition`: the track's,
-    sonfolio.tracks.get; `training`: its training, whose data and model build are reused).
+    """Fine-tune the track's model in `fp32` per scheme of `cfg` (`definition`: the track's
+    qat face, sonfolio.tracks.face; `training`: its training, whose data and model build are
+    reused).
 
     Raises:
         FileNotFoundError (no trained model), DeviceCannotDo, TooManyBadSamples,
@@ -72,12 +74,12 @@ def main() -> None:
     setup_logging()
     track = tracks.from_argv(sys.argv[1:], "qat")
     params = load_sections(QatParams)
-    definition = tracks.get(track)
+    definition = tracks.face(track, "qat")
     cfg, own = params.section(track, "qat"), params.paths.track(track)
     run(
         definition,
         cfg,
-        definition.training(params),
+        tracks.face(track, "train").training(params),
         params.engine_options(cfg.preset),
         own.data,
         own.tokenizer,

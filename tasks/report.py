@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from sonfolio.config.report import Report, ReportParams
-from sonfolio.config.sections import load_sections
+from sonfolio.config.stage import load_sections
 from sonfolio.logs import setup_logging
 from sonfolio.report.page import write_report
 from sonfolio.report.sources import Sources

@@ -8,7 +8,7 @@ Reads:  params.yaml (<track>_tokenizer, paths), ${paths.tracks.<track>.data}/man
 Writes: ${paths.tracks.<track>.tokenizer}/ (loads with transformers' AutoTokenizer; speech also
         AutoFeatureExtractor), ${paths.metrics}/<track>_tokenizer.json
 
-The track's definition builds it (`build_tokenizer`): a BPE trained on the train split here,
+The track's tokenizer face builds it (`build_tokenizer`): a BPE trained on the train split here,
 or a base model's taken as it is. Every text of the manifest's `text_columns` (any split) must
 decode back to itself exactly: a failure is fatal for a tokenizer trained here, counted and
 logged for a base model's.
@@ -19,14 +19,15 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from sonfolio import tracks
-from sonfolio.config.sections import load_sections
+from sonfolio.config.stage import load_sections
 from sonfolio.config.tokenizer import TokenizerParams
+from sonfolio.faces import TokenizerFace
 from sonfolio.io import read_jsonl, staged_dir, write_json
 from sonfolio.logs import setup_logging
-from sonfolio.tokenizer import BuiltTokenizer, length_stats, round_trip_failures
+from sonfolio.tokenizer import length_stats, round_trip_failures
 
 log = logging.getLogger(__name__)
 
@@ -35,20 +36,7 @@ class RoundTripError(RuntimeError):
     """The tokenizer does not give back some text exactly."""
 
 
-class TokenizerTrack(Protocol):
-    """What this step asks of a track's definition."""
-
-    name: str
-    text_columns: tuple[str, ...]  # the manifest's texts that must survive a round trip
-
-    def build_tokenizer(
-        self, cfg: Any, train: list[str], rows: list[dict[str, Any]]
-    ) -> BuiltTokenizer: ...
-
-
-def run(
-    cfg: Any, track: TokenizerTrack, manifest: Path, out: Path, metrics: Path
-) -> dict[str, Any]:
+def run(cfg: Any, track: TokenizerFace, manifest: Path, out: Path, metrics: Path) -> dict[str, Any]:
     """Build `track`'s tokenizer from `cfg` (its <track>_tokenizer section) and the manifest,
     check it, save it to `out` (replaced only on success) and its stats to `metrics`.
 
@@ -103,7 +91,7 @@ def main() -> None:
     paths = params.paths.track(track)
     run(
         params.section(track, "tokenizer"),
-        tracks.get(track),
+        tracks.face(track, "tokenizer"),
         paths.data / "manifest.jsonl",
         paths.tokenizer,
         params.paths.metrics / f"{track}_tokenizer.json",

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from sonfolio import tracks
-from sonfolio.config.sections import load_sections
+from sonfolio.config.stage import load_sections
 from sonfolio.config.train import EngineOptions, TrainParams
 from sonfolio.io import staged_dir, write_json
 from sonfolio.logs import setup_logging
@@ -91,7 +91,7 @@ def main() -> None:
     setup_logging()
     track = tracks.from_argv(sys.argv[1:], "train")
     params = load_sections(TrainParams)
-    training = tracks.get(track).training(params)
+    training = tracks.face(track, "train").training(params)
     paths, own = params.paths, params.paths.track(track)
     run(
         track,

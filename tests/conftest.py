@@ -35,7 +35,7 @@ def scratch() -> Params:
 
 @pytest.fixture(scope="session")
 def lilypond() -> Path:
-    from sonfolio.score.lilypond import find_lilypond
+    from sonfolio.score.common.lilypond import find_lilypond
 
     return find_lilypond()
 

@@ -12,10 +12,10 @@ import torch
 
 from sonfolio.config.params import Params
 from sonfolio.config.train import ScoreModel, SpeechModel
-from sonfolio.score.batches import image_processor
-from sonfolio.score.model import build as build_score
-from sonfolio.speech.model import build as build_speech
-from sonfolio.speech.processor import build_feature_extractor
+from sonfolio.score.model.batches import image_processor
+from sonfolio.score.model.model import build as build_score
+from sonfolio.speech.model.model import build as build_speech
+from sonfolio.speech.model.processor import build_feature_extractor
 from sonfolio.tokenizer import train_bpe
 
 SHAPE = (32, 128)  # (height, width) px

@@ -1,6 +1,7 @@
 """Tiny untrained models, real score images and real audio for the inference and service tests.
 
-The models are built from the project's own builders (sonfolio.score.model, sonfolio.speech.model)
+The models are built from the project's own builders (sonfolio.score.model.model,
+sonfolio.speech.model.model)
 at the smallest sizes and saved as the training stages save them (weights, tokenizer, image
 processor / feature extractor), so `sonfolio.variants.load` reads them as it reads a trained
 model. They are untrained: tests check what the code does with their output, never its quality.
@@ -19,12 +20,12 @@ from PIL import Image
 
 from sonfolio.config.params import Params
 from sonfolio.config.train import ScoreModel, SpeechModel
-from sonfolio.score.batches import image_processor
-from sonfolio.score.lilypond import compile_systems, find_lilypond
-from sonfolio.speech.audio import write_wav
-from sonfolio.speech.espeak import synthesize
-from sonfolio.speech.model import build as build_speech
-from sonfolio.speech.processor import build_feature_extractor
+from sonfolio.score.common.lilypond import compile_systems, find_lilypond
+from sonfolio.score.model.batches import image_processor
+from sonfolio.speech.common.audio import write_wav
+from sonfolio.speech.data.espeak import synthesize
+from sonfolio.speech.model.model import build as build_speech
+from sonfolio.speech.model.processor import build_feature_extractor
 from sonfolio.tokenizer import train_bpe
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,7 +42,7 @@ SENTENCE = "Bonjour, il fait beau à Paris ce matin."
 
 def score_model(folder: Path) -> Path:
     """An untrained tiny VisionEncoderDecoder saved as score_train saves one."""
-    from sonfolio.score.model import build
+    from sonfolio.score.model.model import build
 
     torch.manual_seed(0)
     tok = train_bpe(SYSTEMS * 4, 300, 1, 64)

@@ -13,7 +13,8 @@ from sonfolio.config.base import ParamsError
 from sonfolio.config.eval import EvalParams
 from sonfolio.config.params import Params, load_params, parse_params
 from sonfolio.config.report import ReportParams
-from sonfolio.config.sections import SECTIONS, load_sections, parse_sections
+from sonfolio.config.sections import SECTIONS, parse_sections
+from sonfolio.config.stage import load_sections
 from sonfolio.config.train import TrainParams
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -117,11 +118,16 @@ def test_a_track_without_its_params_sections_is_refused():
 def test_a_step_runs_for_a_known_track_only():
     from sonfolio import tracks
 
-    assert tracks.get("score").name == "score" and tracks.from_argv(["speech"], "train") == "speech"
-    with pytest.raises(tracks.UnknownTrack, match="no sonfolio/piano/definition.py"):
-        tracks.get("piano")
+    assert tracks.face("score", "eval").name == "score"
+    assert tracks.from_argv(["speech"], "train") == "speech"
+    with pytest.raises(tracks.UnknownTrack, match="no sonfolio/piano/steps/eval.py"):
+        tracks.face("piano", "eval")
+    with pytest.raises(tracks.UnknownTrack, match="no sonfolio/score/steps/mix.py"):
+        tracks.face("score", "mix")
+    with pytest.raises(tracks.UnknownTrack, match="no sonfolio/piano/steps/"):
+        tracks.from_argv(["piano"], "train")
     with pytest.raises(tracks.UnknownTrack, match="lowercase"):
-        tracks.get("../etc")  # never imported: a name is checked before the import
+        tracks.face("../etc", "eval")  # never imported: a name is checked before the import
     with pytest.raises(tracks.UnknownTrack, match=r"usage: python -m tasks\.train <track>"):
         tracks.from_argv([], "train")
 

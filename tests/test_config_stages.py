@@ -1,4 +1,5 @@
-"""An edit to one stage's params schema reruns that stage and what follows it, and no more.
+"""An edit to one stage's params schema, or to one step's code, reruns that stage and what
+follows it, and no more.
 
 Each stage validates only the params sections it reads (sonfolio.config.<stage>), and
 dvc.yaml lists the schema modules it imports; so DVC, not a convention, decides what an edit
@@ -61,16 +62,56 @@ def status(repo: Path) -> set[str]:
     return set(json.loads(dvc(repo, "status", "--json").stdout))
 
 
-@pytest.mark.parametrize("module", sorted(EDITS))
-def test_editing_a_stage_schema_reruns_it_and_what_follows(recorded, module):
-    edited, downstream = EDITS[module]
-    assert status(recorded) == set(), "the copy starts with every stage up to date"
-    path = recorded / "sonfolio" / "config" / f"{module}.py"
+def check_edit(repo: Path, module: str, edited: set[str], downstream: set[str]) -> None:
+    """An edit to `module` (a path in `repo`) marks `edited` in `dvc status`, and `dvc repro`
+    would run those and then `downstream`; the file is restored after."""
+    assert status(repo) == set(), "the copy starts with every stage up to date"
+    path = repo / module
     path.write_text(path.read_text() + "# an edit\n")
     try:
-        assert status(recorded) == edited
+        assert status(repo) == edited
         # what `dvc repro` would run: the edited stages, then all that depends on their outputs
-        dry = dvc(recorded, "repro", "--dry", "--force-downstream", "--no-run-cache")
+        dry = dvc(repo, "repro", "--dry", "--force-downstream", "--no-run-cache")
         assert set(ran(dry)) == edited | downstream
     finally:
-        git(recorded, "checkout", "--", str(path.relative_to(recorded)))
+        git(repo, "checkout", "--", module)
+
+
+@pytest.mark.parametrize("module", sorted(EDITS))
+def test_editing_a_stage_schema_reruns_it_and_what_follows(recorded, module):
+    check_edit(recorded, f"sonfolio/config/{module}.py", *EDITS[module])
+
+
+SCORE_CHAIN = {
+    f"{s}@score"
+    for s in ("data", "tokenizer", "train", "qat", "export", "bench", "eval", "estimate")
+}
+
+# A code module, the stages `dvc status` marks when it changes, and what `dvc repro` then runs
+# after them: each stage's code deps are its step's import closure (tests/test_dvc_yaml.py), so
+# an edit to decoding or evaluation never reruns data, training or export, and an edit to one
+# track's data never touches the other track.
+CODE_EDITS = {
+    # the grammar's CTC search: only the stage that decodes under the grammar
+    "sonfolio/score/decode/search.py": ({"eval@score"}, {"report"}),
+    # the ORT greedy loop: the stages that run exported models
+    "sonfolio/infer/ortloop.py": (
+        {f"{s}@{t}" for s in ("bench", "eval") for t in BOTH},
+        {"report"},
+    ),
+    # the score eval's metrics: the score eval alone
+    "sonfolio/score/eval/metrics.py": ({"eval@score"}, {"report"}),
+    # the score data's converter: the score chain, no speech stage
+    "sonfolio/score/data/convert.py": ({"data@score"}, SCORE_CHAIN - {"data@score"} | {"report"}),
+    # the speech model: speech's stages that list its model folder (bench reads the base
+    # models with speech/model/bases.py), no score stage
+    "sonfolio/speech/model/model.py": (
+        {f"{s}@speech" for s in ("tokenizer", "train", "qat", "estimate", "bench", "eval")},
+        {"export@speech", "report"},
+    ),
+}
+
+
+@pytest.mark.parametrize("module", sorted(CODE_EDITS))
+def test_editing_a_step_module_reruns_only_the_stages_that_import_it(recorded, module):
+    check_edit(recorded, module, *CODE_EDITS[module])

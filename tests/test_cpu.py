@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sonfolio import cpu
+from sonfolio import cpu, int8_weights
 
 X86 = {"arch": "x86_64", "model": "test", "known": True, "avx2": True, "avx512": False}
 X86 |= {"avx512_vnni": False, "avx_vnni": False, "amx_int8": False}
@@ -75,10 +75,10 @@ def _int8_folder(folder: Path, top: int) -> Path:
 
 
 def test_int8_weight_range_reads_the_files(tmp_path):
-    assert cpu.int8_weight_range(_int8_folder(tmp_path / "a", 64))["bits"] == 7
-    eight = cpu.int8_weight_range(_int8_folder(tmp_path / "b", 127))
+    assert int8_weights.int8_weight_range(_int8_folder(tmp_path / "a", 64))["bits"] == 7
+    eight = int8_weights.int8_weight_range(_int8_folder(tmp_path / "b", 127))
     assert eight == {"max_abs": 127, "bits": 8, "signed": True, "matmuls": 1}
-    assert cpu.int8_weight_range(tmp_path) is None  # no ONNX file: nothing to say
+    assert int8_weights.int8_weight_range(tmp_path) is None  # no ONNX file: nothing to say
     assert "needs VNNI" in cpu.describe(eight)
 
 

@@ -56,7 +56,7 @@ def is_type_checking(test: ast.expr) -> bool:
 
 
 # Functions whose imports are no dep of a stage: they validate params.yaml as a whole, which can
-# make a stage stop but never change what it writes (sonfolio/config/sections.py says why).
+# make a stage stop but never change what it writes (sonfolio/config/stage.py says why).
 VALIDATION_ONLY = {"_validate_every_section"}
 
 
@@ -81,8 +81,24 @@ def runtime_nodes(tree: ast.AST) -> list[ast.AST]:
     return nodes
 
 
-def imported_modules(path: Path) -> set[str]:
-    """The project modules `path` imports when it runs, at the top or inside a function."""
+def faces_loaded(node: ast.AST) -> str | None:
+    """The step of a `tracks.face(name, "<step>")` call (sonfolio.tracks): that step's face of
+    the track is imported at run time, by name."""
+    if not isinstance(node, ast.Call) or len(node.args) != 2:
+        return None
+    func = node.func
+    named = (isinstance(func, ast.Attribute) and func.attr == "face") or (
+        isinstance(func, ast.Name) and func.id == "face"
+    )
+    step = node.args[1]
+    if named and isinstance(step, ast.Constant) and isinstance(step.value, str):
+        return step.value
+    return None
+
+
+def imported_modules(path: Path, tracks: tuple[str, ...] = ()) -> set[str]:
+    """The project modules `path` imports when it runs, at the top or inside a function, and
+    the faces of `tracks` it loads by name (`tracks.face(name, "eval")`)."""
     names: set[str] = set()
     for node in runtime_nodes(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
@@ -90,6 +106,8 @@ def imported_modules(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.add(node.module)
             names |= {f"{node.module}.{a.name}" for a in node.names}
+        elif step := faces_loaded(node):
+            names |= {f"sonfolio.{t}.steps.{step}" for t in tracks}
     return {n for n in names if n.split(".")[0] in PROJECT_PACKAGES}
 
 
@@ -102,8 +120,9 @@ def carries_code(path: Path) -> bool:
     return any(not (isinstance(n, ast.ImportFrom) and n.module == "__future__") for n in body)
 
 
-def project_imports(entry: str) -> set[Path]:
-    """Files of every project module reachable by imports from `entry` (a dotted name)."""
+def project_imports(entry: str, tracks: tuple[str, ...] = ()) -> set[Path]:
+    """Files of every project module reachable by imports from `entry` (a dotted name), the
+    faces of `tracks` loaded by name included."""
     seen: set[Path] = set()
     todo = [entry]
     while todo:
@@ -114,10 +133,25 @@ def project_imports(entry: str) -> set[Path]:
         if path is None or path in seen:
             continue
         seen.add(path)
-        todo.extend(imported_modules(path))
+        todo.extend(imported_modules(path, tracks))
     # sonfolio/__init__.py only filters log lines (so an edit to it cannot make an output
     # stale: test_package_init_only_filters_logs)
     return {p for p in seen if carries_code(p) and p != PACKAGE_INIT}
+
+
+# The deps a stage lists for the score track only because the speech track imports their
+# counterpart: DVC's `foreach` lists one set of paths per step (a list cannot be interpolated per
+# track), and speech's tokenizer, training and bench read audio and normalise text with
+# sonfolio/speech/common (and its tokenizer builds Whisper's processor in speech/model).
+# score/common holds only what defines the score data (the canonical format, LilyPond engraving,
+# page cutting), whose edits rerun data@score anyway (docs/architecture.md, "Deps").
+FOR_ANOTHER_TRACK = {
+    "tokenizer@score": {"sonfolio/score/common", "sonfolio/score/model"},
+    "train@score": {"sonfolio/score/common"},
+    "qat@score": {"sonfolio/score/common"},
+    "estimate@score": {"sonfolio/score/common"},
+    "bench@score": {"sonfolio/score/common"},
+}
 
 
 @pytest.mark.parametrize("stage", sorted(dvc_stages()))
@@ -128,15 +162,38 @@ def test_stage_lists_every_module_it_imports(stage):
     name, _, track = stage.partition("@")
     assert match.group(1) == f"tasks.{name}", "stage name = module name"
     assert (match.group(2) or "").strip() == track, "a foreach stage runs for its own track"
-    entries = [match.group(1)]
-    if track:  # the step loads the track's definition by name (sonfolio.tracks)
-        entries.append(f"sonfolio.{track}.definition")
-    needed = {p.relative_to(ROOT).as_posix() for e in entries for p in project_imports(e)}
+    # a track's stage loads that track's faces; the report reads every track's
+    runs_for = (track,) if track else tuple(PARAMS["paths"]["tracks"])
+    needed = {p.relative_to(ROOT).as_posix() for p in project_imports(match.group(1), runs_for)}
     deps = set(spec["deps"])
     missing = {p for p in needed if not covered(p, deps)}
     assert missing == set(), f"{stage} imports modules missing from its deps"
     code = [d for d in deps if d.split("/")[0] in PROJECT_PACKAGES]  # not the outputs it reads
     assert all((ROOT / d).exists() for d in code), f"{stage} lists deps that do not exist"
+    # ... and no more: every code dep is in the closure (a folder: some file of it). A shared
+    # module one track alone imports is listed for both (dvc.yaml lists one set per step), and
+    # so is a phase folder of a track's package: those are FOR_ANOTHER_TRACK, and nothing else.
+    whole = {f"sonfolio/{t}" for t in PARAMS["paths"]["tracks"]}
+    assert whole.isdisjoint(deps), f"{stage} lists a whole track package: list its phases"
+    others = [t for t in PARAMS["paths"]["tracks"] if track and t != track]
+    used = set(needed)
+    for other in others:  # its files, and a track's phase folder as the other's counterpart
+        for path in project_imports(match.group(1), (other,)):
+            name = path.relative_to(ROOT).as_posix()
+            used.add(name.replace(f"sonfolio/{other}/", f"sonfolio/{track}/", 1))
+    python = [d for d in code if d.endswith(".py") or (ROOT / d).is_dir()]
+    dead = {d for d in python if not any(covered(u, {d}) for u in used)}
+    # a track's own phase folder listed because another track's counterpart is imported
+    borrowed = {
+        d
+        for d in python
+        if d.startswith(f"sonfolio/{track}/") and not any(covered(u, {d}) for u in needed)
+    }
+    assert borrowed == FOR_ANOTHER_TRACK.get(stage, set()), (
+        f"{stage}: listed for another track's sake (update FOR_ANOTHER_TRACK and "
+        "docs/architecture.md, or give the track the layout it needs)"
+    )
+    assert dead == set(), f"{stage} lists code it never imports"
 
 
 # The stage that validates the whole params.yaml before any other (tasks/check_params.py):
@@ -218,7 +275,7 @@ def test_package_init_only_filters_logs():
 def test_validation_only_functions_only_validate():
     """The functions whose imports the dep check skips import the params schemas and return
     nothing: they can stop a stage, never shape its output."""
-    tree = ast.parse((ROOT / "sonfolio" / "config" / "sections.py").read_text())
+    tree = ast.parse((ROOT / "sonfolio" / "config" / "stage.py").read_text())
     found = [
         n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name in VALIDATION_ONLY
     ]

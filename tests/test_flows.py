@@ -26,7 +26,11 @@ def test_stage_order_comes_from_the_dvc_graph(project):
 def test_flow_runs_each_stage_as_a_task_under_the_harness(project):
     from prefect.testing.utilities import prefect_test_harness
 
-    with prefect_test_harness():
+    # The harness starts a Prefect API server in a subprocess (import, SQLite migrations) and
+    # polls its /health; its own default gives up after 30 s, which a machine busy with other
+    # CPU-bound work can exceed. A longer limit costs nothing when the server is quick: the
+    # harness goes on as soon as /health answers.
+    with prefect_test_harness(server_startup_timeout=180):
         state = pipeline(repo=str(project), stages=[TARGET], return_state=True)
     assert state.is_completed(), state.message
     assert state.result() == ["check_params", "data@score", "tokenizer@score"]

@@ -20,8 +20,9 @@ from PIL import Image
 
 from sonfolio.cli import main
 from sonfolio.infer.formats import read_lilypond
-from sonfolio.infer.page import Box
-from sonfolio.infer.run import Reading, SystemText, _problem, default_model
+from sonfolio.infer.run import Reading, SystemText, default_model
+from sonfolio.score.common.page import Box
+from sonfolio.score.decode.read import problem as _problem
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Long audio is cut into chunks that fit the model's window (sonfolio.infer.audio)."""
+"""Long audio is cut into chunks that fit the model's window (sonfolio.speech.decode.chunks)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from sonfolio.config.infer import AudioChunks
-from sonfolio.infer.audio import join_texts, plan_chunks
+from sonfolio.speech.decode.chunks import join_texts, plan_chunks
 
 SR = 16_000
 CFG = AudioChunks(search_s=0.6, silence_db=-35.0, overlap_s=0.25)

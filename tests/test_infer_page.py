@@ -1,4 +1,5 @@
-"""A page image is cut into its staff systems (sonfolio.infer.page), on real LilyPond engravings."""
+"""A page image is cut into its staff systems (sonfolio.score.common.page), on real LilyPond
+engravings."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 from infer_tiny import SYSTEMS, render_systems, stack
 from PIL import Image
 
-from sonfolio.infer.page import deskew, find_staves, group_staves, split_page
+from sonfolio.score.common.page import deskew, find_staves, group_staves, split_page
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,6 @@
 """Whole pages engraved by LilyPond with its default page layout are cut into their systems
-(sonfolio.infer.page): titles, fingerings, lyrics, dynamics, notes on many ledger lines, staff
+(sonfolio.score.common.page): titles, fingerings, lyrics, dynamics, notes on many ledger lines,
+staff
 sizes 16 to 23 pt.
 
 The truth comes from LilyPond itself: a page-post-process hook prints how many systems each
@@ -20,7 +21,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from sonfolio.infer.page import split_page
+from sonfolio.score.common.page import split_page
 
 HOOK = r"""#(define (count-systems layout pages)
   (let loop ((ps pages) (k 1))

@@ -10,7 +10,7 @@ from sonfolio.io import write_jsonl
 from sonfolio.tokenizer import round_trip_failures, train_bpe
 from tasks.tokenizer import run
 
-SCORE = tracks.get("score")
+SCORE = tracks.face("score", "tokenizer")
 
 TEXTS = [
     r"\clef treble \key g \major \time 3/4 \partial 4 d'4 | g'4 a'4 b'4 | c''2.",

@@ -10,7 +10,7 @@ import pytest
 import torch
 from eval_tiny import SHAPE, WINDOW_S, export, save_score, save_speech
 
-from sonfolio import variants
+from sonfolio import variant_eval, variants
 from sonfolio.config.params import Params
 
 
@@ -149,14 +149,14 @@ def test_variant_deltas_are_measured_against_the_reference():
         "fp32": {"splits": {"test": {"ser": 0.25}}},
         "int8": {"splits": {"test": {"ser": 0.3}}},
     }
-    variants.add_deltas(per, "fp32", ("ser",))
+    variant_eval.add_deltas(per, "fp32", ("ser",))
     assert per["fp32"]["splits"]["test"]["delta_ser"] == 0.0
     assert per["int8"]["splits"]["test"]["delta_ser"] == pytest.approx(0.05)
 
 
 def test_eval_rows_are_the_same_seeded_subset():
     rows = [{"split": "test", "i": i} for i in range(50)] + [{"split": "val", "i": 99}]
-    a = variants.eval_rows(rows, "test", 10, seed=0)
-    assert a == variants.eval_rows(rows, "test", 10, seed=0)
+    a = variant_eval.eval_rows(rows, "test", 10, seed=0)
+    assert a == variant_eval.eval_rows(rows, "test", 10, seed=0)
     assert len(a) == 10 and [r["i"] for r in a] == sorted(r["i"] for r in a)
-    assert variants.eval_rows(rows, "test", None, seed=0) == rows[:50]
+    assert variant_eval.eval_rows(rows, "test", None, seed=0) == rows[:50]

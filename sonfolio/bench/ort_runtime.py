@@ -28,7 +28,7 @@ class OrtRuntime(TorchRuntime):
         options.intra_op_num_threads = spec.threads
         options.inter_op_num_threads = 1
         set_spinning(options, spec.spin_wait)
-        self.definition = tracks.get(spec.track)
+        self.definition = tracks.face(spec.track, "export")
         self.model = self.definition.ort_model_class().from_pretrained(
             spec.case.folder, session_options=options, use_io_binding=spec.io_binding
         )

@@ -20,7 +20,7 @@ class TorchRuntime:
         from sonfolio.train import ctc
 
         torch.set_num_threads(spec.threads)
-        cls = tracks.get(spec.track).torch_model_class()
+        cls = tracks.face(spec.track, "export").torch_model_class()
         self.dtype = torch.bfloat16 if spec.case.dtype == "bf16" else torch.float32
         model = cls.from_pretrained(spec.case.folder, dtype=self.dtype)
         self.model = ctc.load_head(model, Path(spec.case.folder)).eval()

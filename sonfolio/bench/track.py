@@ -8,7 +8,6 @@ variants alike), and the figures are medians / percentiles over all rounds.
 from __future__ import annotations
 
 import logging
-import os
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from sonfolio import cpu
+from sonfolio import cpu, int8_weights
 from sonfolio.bench.case import Case, Spec
 from sonfolio.bench.worker import run_case
 from sonfolio.ctc_format import folder_decoding
@@ -109,7 +108,6 @@ class Track:
 
 def conditions(cfg: Any, workdir: Path) -> dict[str, Any]:
     """What the figures depend on, recorded beside them."""
-    import platform
 
     import ctranslate2
     import onnxruntime
@@ -125,10 +123,9 @@ def conditions(cfg: Any, workdir: Path) -> dict[str, Any]:
         "batch_size": cfg.batch_size,
         "decode_tokens": cfg.decode_tokens,
         "io_binding": cfg.io_binding,
-        "cpu_count": os.cpu_count(),
-        "cpu": cpu.isa(),  # int8 speed and quality depend on VNNI / AMX / DOTPROD
-        "load_average_before": [round(x, 2) for x in os.getloadavg()],
-        "machine": platform.processor() or platform.machine(),
+        # int8 speed and quality depend on VNNI / AMX / DOTPROD; load_average_after is filled in
+        # when the runs are done
+        **cpu.run_conditions(cpu.load_average()),
         "versions": {
             "torch": torch.__version__,
             "onnxruntime": onnxruntime.__version__,
@@ -182,7 +179,7 @@ def bench_track(
                 )
                 runs[case.name].append(run_case(spec, workdir))
                 bar.advance(job)
-    metrics["conditions"]["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
+    metrics["conditions"]["load_average_after"] = cpu.load_average()
     variants = {}
     for case in track.cases:
         figures = summarize(runs[case.name], cfg.decode_tokens, cfg.batch_size, seconds)
@@ -212,7 +209,7 @@ def _int8_weights(case: Case) -> dict[str, Any]:
     """{"int8_weights": ...} for an ORT case of an int8 folder (sonfolio.cpu), else {}."""
     if case.runtime in ("torch", "faster_whisper") or not Path(case.folder).is_dir():
         return {}
-    found = cpu.int8_weight_range(Path(case.folder))
+    found = int8_weights.int8_weight_range(Path(case.folder))
     return {"int8_weights": found} if found else {}
 
 

@@ -139,7 +139,9 @@ def _features_ms(spec: Spec, audio: list[np.ndarray]) -> list[float]:
     processor from `features_from`, one clip at a time, as the runtimes take them)."""
     from sonfolio import tracks
 
-    extractor = tracks.get(spec.track).processor_class().from_pretrained(spec.features_from)
+    extractor = (
+        tracks.face(spec.track, "export").processor_class().from_pretrained(spec.features_from)
+    )
     rate = extractor.sampling_rate
     extractor(audio[0], sampling_rate=rate, return_tensors="np")  # warm: first-call costs
     return [_ms(lambda a: extractor(a, sampling_rate=rate, return_tensors="np"), a) for a in audio]

@@ -78,7 +78,7 @@ class ScoreLimits(Strict):
 class ScorePages(Strict):
     """score_data.pages: pieces also engraved as whole pages in LilyPond's default layout,
     cut by the page cutter `read --page` uses, each line stored with its text
-    (sonfolio/score/page_data.py)."""
+    (sonfolio/score/data/page_data.py)."""
 
     fraction: Fraction01  # share of the pieces (seeded by piece) engraved as pages too
     dpi: Annotated[int, Field(ge=50, le=600)]  # the pages' resolution before cutting

@@ -28,7 +28,7 @@ class ScoreEval(Strict):
     max_samples: Positive | None  # per split, a seeded random subset; null: all
     batch_size: Positive  # systems per generate call
     decode_max_tokens: Positive  # greedy decoding limit per system
-    constrained: bool  # decode under the canonical grammar (sonfolio.score.constrained)
+    constrained: bool  # decode under the canonical grammar (sonfolio.score.decode.grammar)
     threads: Positive | None  # CPU threads (torch and ONNX Runtime); null: all cores
     # processes the constrained CTC searches of a batch are spread over; 0: one per core
     search_workers: Annotated[int, Field(ge=0)]

@@ -10,7 +10,7 @@ from sonfolio.config.base import Positive, Strict
 
 
 class PageSplit(Strict):
-    """Cutting a page image into staff systems (sonfolio/infer/page.py)."""
+    """Cutting a page image into staff systems (sonfolio/score/common/page.py)."""
 
     staff_line_fraction: Annotated[float, Field(gt=0.0, le=1.0)]  # of the ink's width
     min_staff_lines: Annotated[int, Field(ge=1, le=16)]  # lines in a group to count as a staff
@@ -28,7 +28,7 @@ class ImageLimits(Strict):
 
 
 class AudioChunks(Strict):
-    """Cutting long audio into windows the speech model takes (sonfolio/infer/audio.py)."""
+    """Cutting long audio into windows the speech model takes (sonfolio/speech/decode/chunks.py)."""
 
     search_s: Annotated[float, Field(gt=0.0)]  # the quietest point this close to the limit
     silence_db: Annotated[float, Field(lt=0.0)]  # dB below the clip's loudest frame
@@ -56,7 +56,8 @@ class AudioLimits(Strict):
 
 class NoSpeech(Strict):
     """Audio with no speech in it gives an empty, flagged text instead of an invented sentence
-    (sonfolio/infer/voice.py). Only `transcribe` and the service apply it, never the eval."""
+    (sonfolio/speech/decode/voice.py). Only `transcribe` and the service apply it, never the
+    eval."""
 
     check: bool  # off: every chunk goes to the model, as before
     floor_dbfs: Annotated[float, Field(lt=0.0)]  # quieter than this (loudest 25 ms): silence
@@ -71,7 +72,7 @@ class Infer(Strict):
     score_max_tokens: Positive  # greedy decoding limit per system
     speech_max_tokens: Positive  # greedy decoding limit per audio chunk
     batch_size: Positive  # systems or chunks per generate call
-    # read/serve: decode staff systems under the canonical grammar (sonfolio.score.constrained)
+    # read/serve: decode staff systems under the canonical grammar (sonfolio.score.decode)
     constrained: bool
     page: PageSplit
     image: ImageLimits

@@ -20,7 +20,7 @@ from sonfolio.config.export import Export, TrackExport
 from sonfolio.config.infer import Infer, Serve
 from sonfolio.config.qat import QatTrain
 from sonfolio.config.report import Report
-from sonfolio.config.sections import Sections, load_sections
+from sonfolio.config.sections import Sections, read_sections
 from sonfolio.config.tokenizer import ScoreTokenizer, SpeechTokenizer
 from sonfolio.config.train import (
     EngineOptions,
@@ -83,4 +83,4 @@ def load_params(path: Path | str = "params.yaml") -> Params:
     Raises:
         ParamsError: naming every bad key, its value and what is allowed.
     """
-    return load_sections(Params, path)
+    return read_sections(Params, path)  # every section: the whole file

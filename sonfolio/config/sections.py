@@ -88,44 +88,13 @@ def parse_sections(model: type[S], raw: object, origin: str = "params.yaml") -> 
     return parse(model, raw, origin)
 
 
-def load_sections(model: type[S], path: Path | str = "params.yaml") -> S:
-    """Read params.yaml and validate the sections `model` declares (`parse_sections`).
+def read_sections(model: type[S], path: Path | str = "params.yaml") -> S:
+    """Read params.yaml and validate the sections `model` declares (`parse_sections`); the
+    other sections are not looked at (sonfolio.config.stage.load_sections checks them too).
 
     Raises:
         ParamsError: the file is missing or not YAML, or names every bad key, its value and
             what is allowed.
     """
     path = Path(path)
-    raw = read_yaml(path)
-    view = parse_sections(model, raw, str(path))  # this stage's own sections' errors first
-    _validate_every_section(raw, str(path))
-    return view
-
-
-def check_file(path: Path | str = "params.yaml") -> None:
-    """Validate the whole of params.yaml and read nothing from it: the check_params stage,
-    which DVC runs before every other stage, so a bad value fails before DVC removes any
-    stage's outputs.
-
-    Raises:
-        ParamsError: the file is missing, not YAML, has a key twice, or names every bad key.
-    """
-    path = Path(path)
-    _validate_every_section(read_yaml(path), str(path))
-
-
-def _validate_every_section(raw: object, origin: str) -> None:
-    """Validate the whole of params.yaml, not only the sections this stage reads: a bad value
-    anywhere fails in the first stage `dvc repro` runs, in seconds, not hours later in the
-    stage that reads it.
-
-    Its imports are in no stage's deps (tests/test_dvc_yaml.py skips this function): another
-    section's schema can make a stage stop, never change what it writes, so an edit to it
-    must not rerun the stage.
-
-    Raises:
-        ParamsError: naming every bad key in any section.
-    """
-    from sonfolio.config.params import parse_params
-
-    parse_params(raw, origin)
+    return parse_sections(model, read_yaml(path), str(path))

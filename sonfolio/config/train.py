@@ -70,7 +70,7 @@ class ScoreModel(Strict):
     """The score model: a pretrained one, or a size preset built here."""
 
     pretrained: Annotated[str, Field(min_length=1)] | None  # hub id or local folder; null: size
-    size: Literal["tiny", "small", "base"]  # presets in sonfolio/score/model.py
+    size: Literal["tiny", "small", "base"]  # presets in sonfolio/score/model/model.py
     image_height: Annotated[int, Field(ge=16, le=1024)]  # px; systems are padded to it
     patch: tuple[Positive, Positive]  # (height, width) of a ViT patch, px
     # dropout of every layer (encoder and decoder); null: the size's own (model.py SIZES)
@@ -99,7 +99,7 @@ class SpeechModel(Strict):
     """The speech model: a Whisper checkpoint, or a size preset built here."""
 
     base_model: Annotated[str, Field(min_length=1)] | None  # a Whisper checkpoint; null: size
-    size: Literal["tiny", "small", "base"]  # presets in sonfolio/speech/model.py
+    size: Literal["tiny", "small", "base"]  # presets in sonfolio/speech/model/model.py
     language: str | None  # Whisper language token for a base model (e.g. fr); null: none
     frozen_encoder_layers: Annotated[int, Field(ge=0)]  # a base's lowest encoder blocks (and
     # its convolutions, when > 0) left as they are while the rest trains

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sonfolio import cpu
+from sonfolio import cpu, int8_weights
 from sonfolio.ctc_format import folder_decoding
 from sonfolio.export.check import weight_check
 from sonfolio.export.fp32 import export_fp32
@@ -76,7 +76,7 @@ def export_track(
     models: list[Source],
     out: Path,
 ) -> dict[str, Any]:
-    """Export each source of `track` (a definition, sonfolio.tracks), quantize it into every
+    """Export each source of `track` (its export face), quantize it into every
     variant of `cfg.quantize`, write a model card per variant folder under `out`, and return
     the metrics (per variant: files, bytes,
     size_ratio, route, weight check; `status` for variants not built).
@@ -149,7 +149,7 @@ def _variant_figures(folder: Path, name: str, fp32: Path, cfg: Export) -> dict[s
                 f"{name}: FP32 MatMul/Gemm weights left after int8 quantization: {left} "
                 "(file: count); the quantizer skipped them"
             )
-        weights = cpu.int8_weight_range(folder)
+        weights = int8_weights.int8_weight_range(folder)
         if weights and weights["max_abs"] > 2 ** (cfg.int8_weight_bits - 1):
             raise OnnxFileError(
                 f"{name}: int8 weights reach {weights['max_abs']}, past the "

@@ -1,6 +1,6 @@
 """An audio file or upload -> 16 kHz mono float32 within `infer.audio_limits`, in bounded memory.
 
-Why not `sonfolio.speech.audio.decode` (what the data stage uses): it reads the whole file at
+Why not `sonfolio.speech.common.audio.decode` (what the data stage uses): it reads the whole file at
 its own rate and resamples it in one FFT, so its memory grows with duration x source rate (a
 110 KB FLAC of an hour of silence at 192 kHz took 1.2 GB) and nothing bounds the duration. Here
 the header (libsndfile's, through soundfile) is checked first: duration, sample rate, channels.
@@ -24,7 +24,7 @@ from typing import IO, TYPE_CHECKING
 import numpy as np
 import soundfile
 
-from sonfolio.speech.audio import SAMPLE_RATE, resample
+from sonfolio.speech.common.audio import SAMPLE_RATE, resample
 
 if TYPE_CHECKING:
     from sonfolio.config.infer import AudioLimits

@@ -207,7 +207,7 @@ def run_transcribe(args: argparse.Namespace) -> int:
     from sonfolio.infer import formats
     from sonfolio.infer.inputs import open_audio
     from sonfolio.infer.run import transcribe
-    from sonfolio.speech.audio import SAMPLE_RATE
+    from sonfolio.speech.common.audio import SAMPLE_RATE
 
     def one(variant: Any, name: str, audio: Any, cfg: Any) -> dict:
         chunks, text = transcribe(variant, audio, cfg)

@@ -7,8 +7,8 @@ import unicodedata
 from collections.abc import Sequence
 
 from sonfolio.infer.run import ChunkText, Reading
-from sonfolio.score.compile_check import lilypond_text
-from sonfolio.score.lilypond import document
+from sonfolio.score.common.lilypond import document
+from sonfolio.score.eval.compile_check import lilypond_text
 
 READ_FORMATS = ("text", "ly", "json")
 TRANSCRIBE_FORMATS = ("text", "json")

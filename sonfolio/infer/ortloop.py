@@ -17,7 +17,7 @@ from sonfolio.prompt import DecoderPrompt
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from sonfolio.score.constrained import GreedyConstraint
+    from sonfolio.score.decode.constraint import GreedyConstraint
 
 
 def set_spinning(options: Any, spin: bool) -> None:
@@ -193,7 +193,7 @@ class OrtGreedy:
         """At most `new` tokens a sample after the prompt (which is not returned); `forced`:
         the end token is never picked, so every sample gets `new` (the bench's fixed length).
         A finished sample is padded with the end token. `constraint`
-        (sonfolio.score.constrained): each step picks the best token the grammar allows, and
+        (sonfolio.score.decode.constraint): each step picks the best token the grammar allows, and
         a sample that ends incomplete is cut back to its last complete point (no padding)."""
         batch, width = len(x), len(self.prompt.ids)
         value = self.ort.OrtValue.ortvalue_from_numpy
@@ -296,7 +296,7 @@ class OrtCtc:
     ) -> list[list[int]]:
         """At most `new` tokens a sample (`forced` is moot: CTC has no end token to hold off).
         `decode(logits, new)`: another decoding of the head's (B, T, V) logits than the greedy
-        collapse (sonfolio.score.constrained.ctc_decode, bound to its grammar)."""
+        collapse (sonfolio.score.decode.search.ctc_decode, bound to its grammar)."""
         if decode is not None:
             return decode(self.encode(x), new)
         return collapse(self.encode(x).argmax(-1), self.blank, new)

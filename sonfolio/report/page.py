@@ -35,7 +35,7 @@ def build(cfg: Report, src: Sources, out: Path) -> dict[str, list[Section]]:
     (out / "assets").mkdir(parents=True, exist_ok=True)
     page: dict[str, list[Section]] = {}
     for name in src.tracks:
-        track = tracks.get(name)  # what the sections ask of it: sources.ReportTrack
+        track = tracks.face(name, "report")  # what the sections ask of it
         page[name] = [
             training_section(track, src, out, cfg),
             eval_section(track, src, out, cfg),

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from sonfolio.faces import ReportFace
 from sonfolio.report.items import Section, Table, fmt
-from sonfolio.report.sources import ReportTrack, Sources, missing, read_json
+from sonfolio.report.sources import Sources, missing, read_json
 
 
-def qat_section(track: ReportTrack, src: Sources) -> Section:
+def qat_section(track: ReportFace, src: Sources) -> Section:
     """The same scheme reached two ways: post-training quantization and quantization-aware
     training, measured by the eval (quality), the bench (latency) and the QAT stage itself."""
     section = Section("QAT vs PTQ (int8, int4)")

@@ -6,10 +6,11 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sonfolio.faces import ReportFace
 from sonfolio.report.items import Figure, Section, Table, fmt
 from sonfolio.report.plots import bar_chart
 from sonfolio.report.samples import VIEWS, SampleSplit
-from sonfolio.report.sources import ReportTrack, Sources, missing, read_json
+from sonfolio.report.sources import Sources, missing, read_json
 
 if TYPE_CHECKING:
     from sonfolio.config.report import Report
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def quality_table(track: ReportTrack, ev: dict[str, Any]) -> Table:
+def quality_table(track: ReportFace, ev: dict[str, Any]) -> Table:
     rows = []
     for variant, v in ev["variants"].items():
         for split, s in v.get("splits", {}).items():
@@ -34,7 +35,7 @@ def quality_table(track: ReportTrack, ev: dict[str, Any]) -> Table:
     )
 
 
-def before_after_table(track: ReportTrack, ev: dict[str, Any]) -> Table | None:
+def before_after_table(track: ReportFace, ev: dict[str, Any]) -> Table | None:
     """What training changed: each baseline the eval scored (speech: the untouched base,
     zero-shot) beside the trained reference, per split; None when there is none."""
     ref_name, found = ev.get("reference"), ev["variants"]
@@ -100,7 +101,7 @@ def pages_table(ev: dict[str, Any]) -> Table | None:
     )
 
 
-def quality_plot(track: ReportTrack, ev: dict[str, Any], dest: Path, dpi: int) -> None:
+def quality_plot(track: ReportFace, ev: dict[str, Any], dest: Path, dpi: int) -> None:
     key = track.report_quality[0]
     variants = list(ev["variants"])
     splits = list(dict.fromkeys(s for v in ev["variants"].values() for s in v.get("splits", {})))
@@ -125,7 +126,7 @@ def sample_variant(ev: dict[str, Any], cfg: Report) -> str:
     return ref
 
 
-def eval_section(track: ReportTrack, src: Sources, out: Path, cfg: Report) -> Section:
+def eval_section(track: ReportFace, src: Sources, out: Path, cfg: Report) -> Section:
     section = Section("Quality per variant (evaluation)")
     path = src.metrics_of(track.name, "eval")
     ev = read_json(path)

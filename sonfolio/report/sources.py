@@ -1,11 +1,12 @@
-"""Where the report reads, what it asks a track's definition, how an absent input shows."""
+"""Where the report reads and how an absent input shows (what it asks a track: its report
+face, sonfolio.faces.ReportFace)."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from sonfolio.report.items import Missing
 
@@ -27,17 +28,6 @@ class Sources:
     def metrics_of(self, track: str, step: str) -> Path:
         """The metrics `<step>@<track>` writes: metrics/<track>_<step>.json."""
         return self.metrics / f"{track}_{step}.json"
-
-
-class ReportTrack(Protocol):
-    """What the report asks a track's definition (sonfolio/<track>/definition.py, its report
-    part; sonfolio.tracks.get finds it by name)."""
-
-    name: str
-    report_quality: tuple[str, ...]  # eval keys per split; the first is the headline
-    report_quality_label: str  # axis label of the headline metric (lower is better)
-    gate_metric: str  # the quality key the bench writes per variant
-    eval_samples: str  # how its eval samples are shown: a key of sonfolio.report.samples.VIEWS
 
 
 def read_json(path: Path) -> dict[str, Any] | None:

@@ -9,9 +9,10 @@ import csv
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sonfolio.faces import ReportFace
 from sonfolio.report.items import Figure, Section, Table, fmt
 from sonfolio.report.plots import bar_chart
-from sonfolio.report.sources import ReportTrack, Sources, missing, read_json
+from sonfolio.report.sources import Sources, missing, read_json
 
 if TYPE_CHECKING:
     from sonfolio.config.report import Report
@@ -33,7 +34,7 @@ def mb(n_bytes: int | None) -> str:
     return "—" if n_bytes is None else f"{n_bytes / 1e6:.2f}"
 
 
-def latency_rows(track: ReportTrack, bench: dict[str, Any] | None) -> list[dict[str, Any]]:
+def latency_rows(track: ReportFace, bench: dict[str, Any] | None) -> list[dict[str, Any]]:
     """One row per measured variant (those with a latency), for the CSV and the plot."""
     rows = []
     for name, v in (bench or {}).get("variants", {}).items():
@@ -59,7 +60,7 @@ def write_latency_csv(rows: list[dict[str, Any]], dest: Path) -> None:
         writer.writerows(rows)
 
 
-def bench_table(track: ReportTrack, bench: dict[str, Any]) -> Table:
+def bench_table(track: ReportFace, bench: dict[str, Any]) -> Table:
     q = track.gate_metric
     variants = bench["variants"]
     columns: list[tuple[str, Any]] = [
@@ -125,7 +126,7 @@ def export_table(export: dict[str, Any]) -> Table:
     )
 
 
-def bench_section(track: ReportTrack, src: Sources, out: Path, cfg: Report) -> Section:
+def bench_section(track: ReportFace, src: Sources, out: Path, cfg: Report) -> Section:
     section = Section("Size and latency per variant")
     bench_path = src.metrics_of(track.name, "bench")
     bench = read_json(bench_path)

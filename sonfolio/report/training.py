@@ -6,8 +6,9 @@ import csv
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sonfolio.faces import ReportFace
 from sonfolio.report.items import Figure, Section, Table, fmt
-from sonfolio.report.sources import ReportTrack, Sources, missing, read_json
+from sonfolio.report.sources import Sources, missing, read_json
 
 if TYPE_CHECKING:
     from sonfolio.config.report import Report
@@ -108,7 +109,7 @@ def loss_curves(curves: Path, title: str, dest: Path, dpi: int) -> bool:
     return True
 
 
-def training_section(track: ReportTrack, src: Sources, out: Path, cfg: Report) -> Section:
+def training_section(track: ReportFace, src: Sources, out: Path, cfg: Report) -> Section:
     stage = f"{track.name}_train"  # its params section; its outputs' names
     section = Section("Training")
     path = src.metrics_of(track.name, "train")

@@ -15,7 +15,7 @@ The head is a linear layer from the encoder width to the vocabulary, registered 
 Decoding with the head. A model whose config says `ctc_decoding: true` (score_train.decode:
 ctc) is read by its encoder and this head, greedily (the best label per encoder position,
 repeats merged, blanks dropped: Graves et al. 2006), or by a search constrained by the
-canonical grammar (sonfolio.score.constrained, over `logits`), not by its attention decoder. The
+canonical grammar (sonfolio.score.decode, over `logits`), not by its attention decoder. The
 saved folder is the plain transformers class as ever (`save_pretrained`, which any
 transformers or optimum loader reads) and the head beside it in `ctc_head.safetensors`
 (`save_pretrained` / `load_head` here); the export stages add the head to the encoder's ONNX

@@ -12,11 +12,13 @@ from PIL import Image
 
 from benchmarks.pages import engrave, music21_notes
 from sonfolio.config.params import load_params
-from sonfolio.infer.page import find_staves
-from sonfolio.score.canonical import validate
-from sonfolio.score.convert import systems_from_score
-from sonfolio.score.lilypond import find_lilypond
-from sonfolio.score.page_eval import (
+from sonfolio.score.common.canonical import validate
+from sonfolio.score.common.lilypond import find_lilypond
+from sonfolio.score.common.page import find_staves
+from sonfolio.score.common.pages import Layout, document
+from sonfolio.score.data.convert import systems_from_score
+from sonfolio.score.data.parse import abc_tune_score
+from sonfolio.score.eval.page_eval import (
     Note,
     baseline_distance,
     edit_rate,
@@ -24,8 +26,6 @@ from sonfolio.score.page_eval import (
     page_truth,
     summarize,
 )
-from sonfolio.score.pages import Layout, document
-from sonfolio.score.parse import abc_tune_score
 
 RUN = "c''16 b'16 a'16 g'16 f'16 e'16 d'16 c'16 d'16 e'16 f'16 g'16 a'16 b'16 c''16 d''16"
 

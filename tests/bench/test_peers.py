@@ -45,7 +45,7 @@ def test_whisper_tokenizer_converts_untouched_with_the_model_prompt(tiny_whisper
     assert (out / "tokenizer.json").is_file()
     assert decoder_prompt(tiny_whisper, bos_id=50257) == PROMPT
     # the quality decode fits CTranslate2's half of the 64 positions, less the 4-token prompt
-    assert tracks.get("speech").quality_tokens(tiny_whisper, 120) == 64 // 2 - 4
+    assert tracks.face("speech", "bench").quality_tokens(tiny_whisper, 120) == 64 // 2 - 4
 
 
 @needs_tokenizer
@@ -58,7 +58,7 @@ def test_faster_whisper_row_has_every_field(tiny_whisper, tmp_path, params):
     from sonfolio.bench.case import Case
     from sonfolio.bench.peer import clip_audio, count_loops, peer_cases
     from sonfolio.bench.track import Track, bench_track
-    from sonfolio.speech.audio import SAMPLE_RATE, write_wav
+    from sonfolio.speech.common.audio import SAMPLE_RATE, write_wav
 
     rng = np.random.default_rng(0)
     data = tmp_path / "data"

@@ -2,7 +2,7 @@
 
 Measured: 60 optimizer steps of tests/train/tiny.py's run collapse to one text for every
 image (the most common system), which would make an agreement rate meaningless. So the model
-is the real tiny architecture (sonfolio.score.model.build; with 3 decoder layers, below) with
+is the real tiny architecture (sonfolio.score.model.model.build; with 3 decoder layers, below) with
 weights drawn wider than the default initialisation (std 0.05, not 0.02): its outputs then
 depend on the image, with margins that int8 rounding must preserve; seconds instead of
 minutes to make.
@@ -24,8 +24,8 @@ def tiny_score_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Pa
     from train.tiny import WIDTH, make_score_data, tiny_config  # tests/ is on sys.path
     from transformers import AutoTokenizer
 
-    from sonfolio.score import model as score_model
-    from sonfolio.score.batches import image_processor
+    from sonfolio.score.model import model as score_model
+    from sonfolio.score.model.batches import image_processor
 
     root = tmp_path_factory.mktemp("export_tiny")
     data = make_score_data(root / "data", {"train": 24, "val": 8, "test": 8})

@@ -68,8 +68,8 @@ def export(folder: Path, out: Path) -> Path:
     """Its FP32 ONNX export into `out`, as the export stage writes it (encoder + merged
     decoder)."""
     from sonfolio.export.fp32 import export_fp32
-    from sonfolio.tracks import get as track_definition
+    from sonfolio.tracks import face
 
     cfg = load_params(ROOT / "params.yaml").export
-    export_fp32(folder, out, track_definition("speech").export_task, cfg)
+    export_fp32(folder, out, face("speech", "export").export_task, cfg)
     return out

@@ -17,7 +17,7 @@ from sonfolio import variants
 from sonfolio.config.params import load_params
 from sonfolio.ctc_format import CTC_OUTPUT
 from sonfolio.export.layout import ENCODER
-from sonfolio.tracks import get as track_definition
+from sonfolio.tracks import face
 from sonfolio.train import ctc
 from tasks.export import run
 
@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def ctc_model(tiny_score_model, tmp_path_factory) -> tuple[Path, Path]:
     """The export tests' tiny model (weights drawn wide, so outputs differ by image), marked
     to read with a CTC head drawn the same way, saved as score_train saves it."""
-    from sonfolio.score.model import load_trained
+    from sonfolio.score.model.model import load_trained
 
     src, data = tiny_score_model
     out = tmp_path_factory.mktemp("ctc") / "score_fp32"
@@ -49,7 +49,7 @@ def exported(ctc_model, tmp_path_factory) -> Path:
     model, _ = ctc_model
     params = load_params(ROOT / "params.yaml")
     out = tmp_path_factory.mktemp("ctc_onnx") / "score_onnx"
-    score = track_definition("score")
+    score = face("score", "export")
     run(score, params.export, params.score_export, model, None, out, out / "m.json")
     return out
 
@@ -58,7 +58,7 @@ def _pixels(data: Path, model: Path) -> torch.Tensor:
     from transformers import AutoConfig
 
     from sonfolio.io import read_jsonl
-    from sonfolio.score.batches import load_image, to_pixel_values
+    from sonfolio.score.model.batches import load_image, to_pixel_values
 
     shape = AutoConfig.from_pretrained(str(model)).encoder.image_size
     rows = read_jsonl(data / "manifest.jsonl")

@@ -20,7 +20,7 @@ from sonfolio.export.layout import (
     check_onnx,
     validate_variant,
 )
-from sonfolio.tracks import get as track_definition
+from sonfolio.tracks import face
 from tasks.export import run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,7 +32,7 @@ def exported(tiny_score_model, tmp_path_factory) -> tuple[Path, dict, Path]:
     params = load_params(ROOT / "params.yaml")
     out = tmp_path_factory.mktemp("onnx") / "score_onnx"
     metrics = run(
-        track_definition("score"),
+        face("score", "export"),
         params.export,
         params.score_export,
         model,
@@ -47,7 +47,7 @@ def _images(data: Path, model: Path) -> torch.Tensor:
     from transformers import AutoConfig
 
     from sonfolio.io import read_jsonl
-    from sonfolio.score.batches import load_image, to_pixel_values
+    from sonfolio.score.model.batches import load_image, to_pixel_values
 
     shape = AutoConfig.from_pretrained(str(model)).encoder.image_size
     rows = read_jsonl(data / "manifest.jsonl")
@@ -121,7 +121,7 @@ def test_int8_weights_keep_to_seven_bits_so_no_cpu_saturates(exported):
 def test_int8_with_eight_bit_weights_is_flagged_on_a_cpu_without_vnni(exported, tmp_path):
     """export.int8_weight_bits: 8 gives [-127, 127] weights; sonfolio doctor's check warns for
     it on an AVX2-only CPU and not on a VNNI one (the CPU dicts are given, not read)."""
-    from sonfolio import cpu
+    from sonfolio import int8_weights
     from sonfolio.export.int8 import quantize_int8
 
     out, _, _ = exported
@@ -134,11 +134,11 @@ def test_int8_with_eight_bit_weights_is_flagged_on_a_cpu_without_vnni(exported, 
     avx2 |= {"avx512_vnni": False, "avx_vnni": False, "amx_int8": False}
     vnni = avx2 | {"avx512": True, "avx512_vnni": True}
     arm = {"arch": "aarch64", "model": "test", "known": True, "neon": True, "dotprod": True}
-    warning = cpu.int8_warning(tmp_path / "int8_8bit", avx2)
+    warning = int8_weights.int8_warning(tmp_path / "int8_8bit", avx2)
     assert warning and "127" in warning and "export.int8_weight_bits: 7" in warning
-    assert cpu.int8_warning(tmp_path / "int8_8bit", vnni) is None
-    assert cpu.int8_warning(tmp_path / "int8_8bit", arm) is None
-    assert cpu.int8_warning(out / "int8_ptq", avx2) is None  # the 7-bit default
+    assert int8_weights.int8_warning(tmp_path / "int8_8bit", vnni) is None
+    assert int8_weights.int8_warning(tmp_path / "int8_8bit", arm) is None
+    assert int8_weights.int8_warning(out / "int8_ptq", avx2) is None  # the 7-bit default
 
 
 def test_no_fp32_matmul_weight_left_in_int8_subgraphs_included(exported):

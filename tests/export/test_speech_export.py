@@ -10,7 +10,7 @@ import torch
 
 from sonfolio.config.params import load_params
 from sonfolio.export.layout import DECODER, validate_variant
-from sonfolio.tracks import get as track_definition
+from sonfolio.tracks import face
 from tasks.export import run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,7 +55,7 @@ def exported(tiny_whisper, tmp_path_factory) -> tuple[Path, dict]:
     qat = tmp_path / "speech_qat"  # the QAT stage's layout: one model per scheme
     shutil.copytree(tiny_whisper, qat / "int8")
     metrics = run(
-        track_definition("speech"),
+        face("speech", "export"),
         params.export,
         params.speech_export,
         tiny_whisper,

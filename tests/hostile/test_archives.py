@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from sonfolio.config.data import ScoreLimits, ScoreSource
-from sonfolio.score.archives import check_mxl, mxl_caps
-from sonfolio.score.dataset import parse_unit
-from sonfolio.score.parse import SourceError, pieces_from_file, too_large
-from sonfolio.score.sources import (
+from sonfolio.score.data.archives import check_mxl, mxl_caps
+from sonfolio.score.data.dataset import parse_unit
+from sonfolio.score.data.parse import SourceError, pieces_from_file, too_large
+from sonfolio.score.data.sources import (
     SCORE_EXTENSIONS,
     SourceConfigError,
     Unit,
@@ -221,7 +221,7 @@ def test_no_file_of_music21s_corpus_trips_the_default_caps(limits):
 
 def test_bytes_are_counted_while_writing_not_only_read_from_headers(tmp_path, limits, monkeypatch):
     """Were a header to pass the checks and then lie, the bytes written still stop at the cap."""
-    import sonfolio.score.archives as archives
+    import sonfolio.score.data.archives as archives
 
     monkeypatch.setattr(archives, "check_members", lambda *args: None)  # headers "pass"
     archive = tmp_path / "big.tar"

@@ -23,9 +23,9 @@ from sonfolio.config.params import Params
 from sonfolio.infer.formats import transcript_result
 from sonfolio.infer.inputs import BadInput, open_audio
 from sonfolio.infer.run import transcribe
-from sonfolio.infer.voice import has_speech
-from sonfolio.speech.audio import SAMPLE_RATE, add_noise, decode, from_pcm16, resample
-from sonfolio.speech.espeak import synthesize
+from sonfolio.speech.common.audio import SAMPLE_RATE, add_noise, decode, from_pcm16, resample
+from sonfolio.speech.data.espeak import synthesize
+from sonfolio.speech.decode.voice import has_speech
 
 ROOT = Path(__file__).resolve().parents[2]
 INVENTED = "Merci d'avoir regardé cette vidéo."  # what Whisper says to silence

@@ -18,14 +18,14 @@ from pathlib import Path
 import psutil
 import pytest
 
-import sonfolio.score.dataset as dataset
+import sonfolio.score.data.dataset as dataset
 from sonfolio import tracks
 from sonfolio.config.data import ScoreData, ScoreSource
 from sonfolio.io import write_jsonl
-from sonfolio.score.dataset import EmptySplit, TooManySkipped, check_skips, parse_units
-from sonfolio.score.sources import list_units, music21_corpus_root
-from sonfolio.speech.clips import Utterance
-from sonfolio.speech.dataset import check_splits as check_speech_splits
+from sonfolio.score.data.dataset import EmptySplit, TooManySkipped, check_skips, parse_units
+from sonfolio.score.data.sources import list_units, music21_corpus_root
+from sonfolio.speech.data.clips import Utterance
+from sonfolio.speech.data.dataset import check_splits as check_speech_splits
 from tasks.data import run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -129,7 +129,13 @@ def test_a_corpus_too_small_for_its_splits_fails_saying_what_to_change(params, t
     shutil.copy(chorales(1)[0], folder / "only.mxl")
     cfg = own(params.score_data, folder, synthetic_fraction=0.0)
     with pytest.raises(EmptySplit, match=r"1 piece\(s\) give 0 val systems after parsing") as err:
-        run(cfg, tracks.get("score"), tmp_path / "cache", tmp_path / "out", tmp_path / "m.json")
+        run(
+            cfg,
+            tracks.face("score", "data"),
+            tmp_path / "cache",
+            tmp_path / "out",
+            tmp_path / "m.json",
+        )
     assert "raise score_data.split.val (now 0.05)" in str(err.value)
     assert not (tmp_path / "out").exists() and not (tmp_path / "m.json").exists()
     assert not list(tmp_path.glob(".out.tmp-*"))
@@ -151,7 +157,7 @@ from pathlib import Path
 
 faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test asks where a stuck stage is
 
-import sonfolio.score.dataset as dataset
+import sonfolio.score.data.dataset as dataset
 from sonfolio import tracks
 from sonfolio.config.data import ScoreSource
 from sonfolio.config.params import load_params
@@ -172,7 +178,7 @@ def stall(path, **kwargs):
 
 dataset.pieces_from_file = stall
 with sigterm_raises():  # as tasks.data.main runs the stage
-    run(cfg, tracks.get("score"), tmp / "cache", tmp / "out", tmp / "m.json")
+    run(cfg, tracks.face("score", "data"), tmp / "cache", tmp / "out", tmp / "m.json")
 """
 
 

@@ -18,7 +18,7 @@ from PIL import Image, ImageDraw
 
 from sonfolio.config.infer import ImageLimits
 from sonfolio.infer.inputs import BadInput, open_image
-from sonfolio.infer.page import deskew, turned_size
+from sonfolio.score.common.page import deskew, turned_size
 
 ROOT = Path(__file__).resolve().parents[2]
 INK, PAPER = 0.1, 0.9  # shares of a mode's range: dark notes on light paper

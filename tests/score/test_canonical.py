@@ -7,20 +7,22 @@ from pathlib import Path
 
 import pytest
 
-from sonfolio.score.canonical import (
-    CLEFS,
-    DURATIONS,
-    KEYS,
+from sonfolio.score.common.canonical import (
     CanonicalError,
-    duration_token,
     header_time,
     is_canonical,
-    partial_token,
-    symbols,
     time_after,
     validate,
 )
-from sonfolio.score.lilypond import Setting, compile_systems, find_lilypond
+from sonfolio.score.common.lexicon import (
+    CLEFS,
+    DURATIONS,
+    KEYS,
+    duration_token,
+    partial_token,
+    symbols,
+)
+from sonfolio.score.common.lilypond import Setting, compile_systems, find_lilypond
 
 H = r"\clef treble \key c \major \time 4/4"
 

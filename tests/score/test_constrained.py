@@ -18,8 +18,11 @@ from eval_tiny import SHAPE, export, save_score  # tests/ is on sys.path
 from score.test_canonical import BAD, GOOD, MARKED, MARKED_BAD
 
 from sonfolio import variants
-from sonfolio.score import canonical, constrained
-from sonfolio.score.constrained import (
+from sonfolio.score.common import canonical, lexicon
+from sonfolio.score.data.synth import synth_systems
+from sonfolio.score.decode import grammar as constrained
+from sonfolio.score.decode import search
+from sonfolio.score.decode.grammar import (
     Carry,
     GreedyConstraint,
     State,
@@ -29,17 +32,16 @@ from sonfolio.score.constrained import (
     next_time,
     repair,
 )
-from sonfolio.score.synth import synth_systems
 from sonfolio.tokenizer import train_bpe
 
 TIMES = [None, "3/4", "4/4", "6/8", "2/2"]
 CHARS = "abcdefgis',.~<>|{}/\\r0123456789 *()-:\"^"
 # Format 3's tokens, inserted anywhere by the mutations of marked texts.
 MARK_TOKENS = [
-    *canonical.MARKINGS,
+    *lexicon.MARKINGS,
     "\\bar",
-    *canonical.BAR_TYPES,
-    *canonical.GRACES,
+    *lexicon.BAR_TYPES,
+    *lexicon.GRACES,
     "{",
     "}",
     "|",
@@ -49,15 +51,15 @@ MARK_TOKENS = [
     "r4",
 ]
 H = r"\clef treble \key c \major \time 4/4"
-BAR = {t: rf"\bar {t}" for t in canonical.BAR_TYPES}
+BAR = {t: rf"\bar {t}" for t in lexicon.BAR_TYPES}
 START, END, BOTH, DOUBLE, FINAL = (BAR[t] for t in ('".|:"', '":|."', '":..:"', '"||"', '"|."'))
 NOT_A_BAR = r'\bar "|"'
 # (text, whether it validates as /work/spec/markings.md says): format 3, kind by kind
 FORMAT3 = [
     # every articulation and dynamic, on a note and a chord; a rest takes only \fermata
-    *((rf"{H} c'4 {a} d'2. | e'1", True) for a in canonical.ARTICULATIONS),
-    *((rf"{H} <c' e'>4 {d} d'2. | e'1", True) for d in canonical.DYNAMICS),
-    *((rf"{H} c'4 r4 {m} d'2 | e'1", m == r"\fermata") for m in canonical.MARKINGS),
+    *((rf"{H} c'4 {a} d'2. | e'1", True) for a in lexicon.ARTICULATIONS),
+    *((rf"{H} <c' e'>4 {d} d'2. | e'1", True) for d in lexicon.DYNAMICS),
+    *((rf"{H} c'4 r4 {m} d'2 | e'1", m == r"\fermata") for m in lexicon.MARKINGS),
     (rf"{H} c'4 -. -- -> -^ \fermata \trill \sfz ( d'2. ) | e'1", True),
     (rf"{H} c'4 -- -. d'2. | e'1", False),  # out of order
     (rf"{H} c'4 -. -. d'2. | e'1", False),  # twice
@@ -109,7 +111,7 @@ FORMAT3 = [
     # bar lines: (a) right before `|`, any type; (b) at the end, an ending type; (c) opening
     # the body, a start repeat
     *((rf"{H} c'1 {b} | d'1", True) for b in BAR.values()),
-    *((rf"{H} c'1 | d'1 {b}", t in canonical.BAR_END_TYPES) for t, b in BAR.items()),
+    *((rf"{H} c'1 | d'1 {b}", t in lexicon.BAR_END_TYPES) for t, b in BAR.items()),
     *((rf"{H} {b} c'1 | d'1", b == START) for b in BAR.values()),
     (rf"\clef treble \key c \major {START} c'1 | d'1", True),
     (rf"\clef treble \key c \major \time 3/4 \partial 4 {START} c'4 | d'2.", True),
@@ -367,13 +369,13 @@ def test_searches_spread_over_processes_read_as_one_process_does(vocab):
     try:
         alone = ctc_decode(logits, vocab, vocab.blank, times, 200, stats=one)
         spread = ctc_decode(logits, vocab, vocab.blank, times, 200, stats=two, workers=2)
-        assert constrained._POOLS  # the searches did go to worker processes
+        assert search._POOLS  # the searches did go to worker processes
     finally:
         constrained.close_search_pools()
     assert spread == alone
     assert spread[2] == valid
     assert two == one and one["searched"] == 4 and one["greedy_valid"] == 1
-    assert not constrained._POOLS
+    assert not search._POOLS
 
 
 # greedy readings of the default model that the grammar refuses (a short bar, a note without
@@ -436,7 +438,7 @@ def test_the_likelier_of_search_and_repair_is_read(vocab, monkeypatch):
     # where the search ends at the short bar, as it does for a third of the default model's
     # test systems, the repaired reading (one duration changed) is the one returned
     cut = _tokens(vocab, r"\clef bass \key f \major c4 d8")
-    monkeypatch.setattr(constrained, "_beam", lambda *args: cut)
+    monkeypatch.setattr(search, "_beam", lambda *args: cut)
     stats = Counter()
     (row,) = ctc_decode(logits, vocab, vocab.blank, ["2/4"], 200, stats=stats)
     assert vocab.text(row) == r"\clef bass \key f \major c4 d4 | e4 f4 | g4 a4 | b4 c'4"
@@ -516,7 +518,7 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     from sonfolio.ctc_format import HEAD_FILE
     from sonfolio.export.fp32 import add_ctc_output
     from sonfolio.export.layout import ENCODER
-    from sonfolio.score.model import load_trained
+    from sonfolio.score.model.model import load_trained
     from sonfolio.train import ctc
 
     root = tmp_path_factory.mktemp("constrained")

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from music21 import chord, clef, corpus, instrument, key, meter, note, stream, tie
 
-from sonfolio.score.canonical import System, validate
-from sonfolio.score.convert import systems_from_score
-from sonfolio.score.lilypond import Setting, compile_systems, find_lilypond
-from sonfolio.score.parse import SourceError, pieces_from_file
+from sonfolio.score.common.canonical import System, validate
+from sonfolio.score.common.lilypond import Setting, compile_systems, find_lilypond
+from sonfolio.score.data.convert import systems_from_score
+from sonfolio.score.data.parse import SourceError, pieces_from_file
 
 HEAD = r"\clef treble \key c \major \time 4/4"
 # a continuation system: the clef and key are printed on every line, the time only on the first
@@ -188,7 +188,7 @@ def test_folk_abc_tunes_with_pickup_and_triplet(tmp_path: Path) -> None:
 def test_abc_tunes_parse_to_the_same_systems_without_beaming(monkeypatch) -> None:
     """Skipping music21's beaming (a speed-up: beams never reach the canonical text) changes
     no system of real tunes: the same texts and drops as a parse with beaming."""
-    import sonfolio.score.parse as parse
+    import sonfolio.score.data.parse as parse
 
     text = corpus_file("oneills1850/0001-0050").read_text(encoding="utf-8")
     starts = [m.start() for m in re.finditer(r"(?m)^X:", text)]

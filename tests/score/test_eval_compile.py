@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from sonfolio.score import compile_check
-from sonfolio.score.compile_check import check_grammar, compile_texts, summarize
-from sonfolio.score.lilypond import compile_systems
+from sonfolio.score.common.lilypond import compile_systems
+from sonfolio.score.eval import compile_check
+from sonfolio.score.eval.compile_check import check_grammar, compile_texts, summarize
 
 H = r"\clef treble \key c \major \time 4/4 "
 GOOD = H + "c'4 d'4 e'4 f'4 | g'1"
@@ -131,8 +131,8 @@ def test_a_hang_is_cut_by_the_timeout(lilypond, tmp_path):
 def test_bar_tolerant_parser_is_canonicals_own():
     """The compile check reuses canonical's parser: if it is renamed or its length checks
     move, this fails instead of the check silently accepting more."""
-    from sonfolio.score import canonical
+    from sonfolio.score.common import canonical
 
-    assert issubclass(compile_check._BarTolerantParser, canonical._Parser)
+    assert issubclass(compile_check._BarTolerantParser, canonical.Parser)
     with pytest.raises(canonical.CanonicalError, match="lasts"):
         canonical.validate(SHORT_BAR)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sonfolio.score.metrics import compare, substitution_kinds, summarize
+from sonfolio.score.eval.metrics import compare, substitution_kinds, summarize
 
 H = r"\clef treble \key c \major \time 4/4 "
 REF = H + "c'4 d'4 e'4 f'4 | g'1"  # 3 header symbols + 4 notes + bar + 1 note = 9 symbols

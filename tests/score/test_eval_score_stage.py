@@ -14,9 +14,9 @@ from PIL import Image
 
 from sonfolio.config.params import Params
 from sonfolio.io import read_jsonl, write_jsonl
-from sonfolio.score.batches import load_image, to_pixel_values
-from sonfolio.score.definition import TRACK
-from sonfolio.score.lilypond import compile_systems
+from sonfolio.score.common.lilypond import compile_systems
+from sonfolio.score.model.batches import load_image, to_pixel_values
+from sonfolio.score.steps.eval import FACE as TRACK
 from tasks.eval import run
 
 H = r"\clef treble \key c \major \time 4/4 "
@@ -94,8 +94,8 @@ def test_whole_pages_are_engraved_read_and_measured(evaluated, params: Params, l
     """eval@score's pages: a part the data stage cut from pages, joined, engraved whole, cut
     and read as `read --page` reads it; figures named as the report and benchmark use them."""
     from sonfolio import variants
-    from sonfolio.score.page_data import lines, take_apart, untied
-    from sonfolio.score.page_eval import evaluate_pages, heldout_parts, notes_of
+    from sonfolio.score.data.page_data import lines, take_apart, untied
+    from sonfolio.score.eval.page_eval import evaluate_pages, heldout_parts, notes_of
 
     _, _, root = evaluated
     piece = H + " | ".join(["c'4 d'4 e'4 f'4", "g'2 g'2", "a'4 g'4 f'4 e'4", "d'1"] * 6)

@@ -25,10 +25,10 @@ from music21 import (
     tie,
 )
 
-from sonfolio.score.canonical import System, validate
-from sonfolio.score.convert import systems_from_score
-from sonfolio.score.lilypond import Setting, compile_systems, find_lilypond
-from sonfolio.score.parse import abc_tune_score
+from sonfolio.score.common.canonical import System, validate
+from sonfolio.score.common.lilypond import Setting, compile_systems, find_lilypond
+from sonfolio.score.data.convert import systems_from_score
+from sonfolio.score.data.parse import abc_tune_score
 
 HEAD = r"\clef treble \key c \major \time 4/4"
 CONT = r"\clef treble \key c \major"  # a continuation system prints no time

@@ -12,23 +12,22 @@ from music21 import corpus
 from PIL import Image
 
 from sonfolio.config.params import load_params
-from sonfolio.infer.page import split_page
-from sonfolio.score.canonical import bar_lengths, validate
-from sonfolio.score.convert import systems_from_score
-from sonfolio.score.dataset import WHOLE_PART, render_settings
-from sonfolio.score.lilypond import Setting, find_lilypond
-from sonfolio.score.page_data import (
+from sonfolio.score.common.canonical import bar_lengths, validate
+from sonfolio.score.common.lilypond import Setting, find_lilypond
+from sonfolio.score.common.page import split_page
+from sonfolio.score.common.pages import Layout, LayoutUnproven, engrave, join_lines
+from sonfolio.score.data.convert import systems_from_score
+from sonfolio.score.data.dataset import WHOLE_PART, render_settings
+from sonfolio.score.data.page_data import (
     PageJob,
-    join_lines,
     line_counts,
     lines,
     page_systems,
     take_apart,
     untied,
 )
-from sonfolio.score.pages import Layout, LayoutUnproven, engrave
-from sonfolio.score.parse import pieces_from_file
-from sonfolio.score.render import finish
+from sonfolio.score.data.parse import pieces_from_file
+from sonfolio.score.data.render import finish
 
 H = r"\clef treble \key c \major \time 3/4"
 PIECE = (

@@ -15,13 +15,13 @@ from PIL import Image
 from sonfolio import tracks
 from sonfolio.config.data import ScoreData, ScoreSource
 from sonfolio.io import read_jsonl
-from sonfolio.score.dataset import TooManySkipped, augment_seed, render_settings
-from sonfolio.score.lilypond import LilyPondNotFound, Setting, compile_systems
-from sonfolio.score.render import RenderJob, render_batch
-from sonfolio.score.sources import SourceConfigError, music21_corpus_root
+from sonfolio.score.common.lilypond import LilyPondNotFound, Setting, compile_systems
+from sonfolio.score.data.dataset import TooManySkipped, augment_seed, render_settings
+from sonfolio.score.data.render import RenderJob, render_batch
+from sonfolio.score.data.sources import SourceConfigError, music21_corpus_root
 from tasks.data import run
 
-SCORE = tracks.get("score")
+SCORE = tracks.face("score", "data")
 
 
 def tiny(cfg: ScoreData, **update) -> ScoreData:

@@ -9,19 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from sonfolio.score.canonical import (
-    BAR_TYPES,
-    CLEFS,
-    DYNAMICS,
-    KEYS,
-    TIMES,
-    header_time,
-    is_canonical,
-    symbols,
-    time_after,
-)
-from sonfolio.score.lilypond import Setting, compile_systems, find_lilypond
-from sonfolio.score.synth import SYSTEMS_PER_PIECE, synth_systems
+from sonfolio.score.common.canonical import header_time, is_canonical, time_after
+from sonfolio.score.common.lexicon import BAR_TYPES, CLEFS, DYNAMICS, KEYS, TIMES, symbols
+from sonfolio.score.common.lilypond import Setting, compile_systems, find_lilypond
+from sonfolio.score.data.synth import SYSTEMS_PER_PIECE, synth_systems
 
 N = 480  # 60 pieces: every clef twice over (synth._CLEF_DECK holds 30)
 

@@ -18,8 +18,8 @@ from datasets import Audio, Features, Value
 from sonfolio import tracks
 from sonfolio.config.data import SpeechData
 from sonfolio.config.params import Params
-from sonfolio.speech.audio import from_pcm16
-from sonfolio.speech.espeak import synthesize
+from sonfolio.speech.common.audio import from_pcm16
+from sonfolio.speech.data.espeak import synthesize
 from tasks.data import run
 
 TINY_UTTERANCES = 80
@@ -60,7 +60,7 @@ def speech_dataset(
     root = tmp_path_factory.mktemp("speech")
     run(
         tiny_speech(),
-        tracks.get("speech"),
+        tracks.face("speech", "data"),
         root / "downloads",
         root / "data",
         root / "speech_data.json",

@@ -16,8 +16,8 @@ import pytest
 from whisper_tiny import PACKAGE, save
 
 from sonfolio.io import file_sha256
-from sonfolio.speech import bases
-from sonfolio.speech.ct2_import import Ct2FolderError, import_folder
+from sonfolio.speech.model import bases
+from sonfolio.speech.model.ct2_import import Ct2FolderError, import_folder
 
 FRENCH = "Le petit chat dort sur le canapé depuis ce matin."
 PROMPT = ["<|startoftranscript|>", "<|fr|>", "<|transcribe|>", "<|notimestamps|>"]
@@ -36,8 +36,8 @@ def _clip_features(folder: Path) -> np.ndarray:
     """An espeak-ng French sentence as the folder's feature extractor sees it: (1, mels, frames)."""
     from transformers import WhisperFeatureExtractor
 
-    from sonfolio.speech.audio import resample
-    from sonfolio.speech.espeak import synthesize
+    from sonfolio.speech.common.audio import resample
+    from sonfolio.speech.data.espeak import synthesize
 
     pcm, rate = synthesize(FRENCH, "m3", 150, 50)
     audio = resample(pcm.astype(np.float32) / 32768.0, rate)
@@ -178,7 +178,7 @@ def test_an_unknown_variable_is_named(tiny_ct2, tmp_path):
 
 
 def test_a_model_of_another_architecture_under_whisper_names_is_refused(tiny_ct2, tmp_path):
-    from sonfolio.speech.ct2_import import read_model_bin, state_dict
+    from sonfolio.speech.model.ct2_import import read_model_bin, state_dict
 
     _, variables = read_model_bin(tiny_ct2 / "model.bin")
     variables["decoder/pre_norm"] = np.array(0, dtype=np.int8)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from sonfolio.speech import metrics
-from sonfolio.speech.evaluate import utterance_wer
-from sonfolio.speech.normalize import normalize
+from sonfolio.speech.common.normalize import normalize
+from sonfolio.speech.eval import metrics
+from sonfolio.speech.eval.evaluate import utterance_wer
 
 
 @pytest.fixture(scope="module")

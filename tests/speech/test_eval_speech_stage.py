@@ -12,8 +12,8 @@ from eval_tiny import export, quality_csv, save_speech
 
 from sonfolio.config.params import Params
 from sonfolio.io import read_jsonl
-from sonfolio.speech.audio import decode
-from sonfolio.speech.definition import TRACK
+from sonfolio.speech.common.audio import decode
+from sonfolio.speech.steps.eval import FACE as TRACK
 from tasks.eval import run
 
 PER_SPLIT = 4

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import soundfile
 
-from sonfolio.speech.audio import (
+from sonfolio.speech.common.audio import (
     SAMPLE_RATE,
     AudioError,
     add_noise,
@@ -20,7 +20,7 @@ from sonfolio.speech.audio import (
     to_pcm16,
     write_wav,
 )
-from sonfolio.speech.espeak import EspeakError, synthesize
+from sonfolio.speech.data.espeak import EspeakError, synthesize
 
 SENTENCE = "Les enfants ont attendu longtemps à l'hôpital de Saint-Étienne."
 

@@ -14,14 +14,14 @@ import pytest
 from sonfolio import tracks
 from sonfolio.config.data import SpeechData
 from sonfolio.io import read_jsonl
-from sonfolio.speech.audio import SAMPLE_RATE, read_wav
-from sonfolio.speech.dataset import TooManySkipped
-from sonfolio.speech.hub import DatasetUnavailable
-from sonfolio.speech.normalize import normalize
-from sonfolio.speech.synthetic import plan
+from sonfolio.speech.common.audio import SAMPLE_RATE, read_wav
+from sonfolio.speech.common.normalize import normalize
+from sonfolio.speech.data.dataset import TooManySkipped
+from sonfolio.speech.data.hub import DatasetUnavailable
+from sonfolio.speech.data.synthetic import plan
 from tasks.data import run
 
-SPEECH = tracks.get("speech")
+SPEECH = tracks.face("speech", "data")
 
 
 def leftovers(parent: Path) -> list[str]:

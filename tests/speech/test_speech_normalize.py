@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sonfolio.speech.normalize import normalize, spell_numbers
+from sonfolio.speech.common.normalize import normalize, spell_numbers
 
 
 @pytest.mark.parametrize(

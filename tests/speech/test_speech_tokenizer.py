@@ -19,13 +19,17 @@ from sonfolio import tracks
 from sonfolio.config.params import Params
 from sonfolio.config.tokenizer import SpeechTokenizer
 from sonfolio.io import read_jsonl
-from sonfolio.speech.audio import SAMPLE_RATE, from_pcm16, read_wav
-from sonfolio.speech.processor import BaseModelUnavailable, ClipTooLong, build_feature_extractor
+from sonfolio.speech.common.audio import SAMPLE_RATE, from_pcm16, read_wav
+from sonfolio.speech.model.processor import (
+    BaseModelUnavailable,
+    ClipTooLong,
+    build_feature_extractor,
+)
 from sonfolio.tokenizer import train_bpe
 from tasks import tokenizer as tokenizer_step
 from tasks.tokenizer import RoundTripError, run
 
-SPEECH = tracks.get("speech")
+SPEECH = tracks.face("speech", "tokenizer")
 
 
 @pytest.fixture(scope="module")

@@ -37,16 +37,16 @@ def speech_data(params: Params, tmp_path_factory: pytest.TempPathFactory) -> Pat
     syn = cfg.synthetic.model_copy(
         update={"utterances": 40, "val_fraction": 0.1, "test_fraction": 0.1}
     )
-    speech = tracks.get("speech")
     data_run(
         cfg.model_copy(update={"synthetic": syn, "workers": 1}),
-        speech,
+        tracks.face("speech", "data"),
         root / "downloads",
         root / "data",
         root / "speech_data.json",
     )
     manifest = root / "data" / "manifest.jsonl"
     tok_cfg = params.speech_tokenizer.model_copy(update={"vocab_size": 300, "base_model": None})
+    speech = tracks.face("speech", "tokenizer")
     tokenizer_run(tok_cfg, speech, manifest, root / "processor", root / "speech_tokenizer.json")
     base = params.speech_tokenizer
     tokenizer_run(base, speech, manifest, root / "processor_base", root / "base_tokenizer.json")

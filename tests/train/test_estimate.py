@@ -93,7 +93,7 @@ def test_a_bad_price_row_is_rejected_by_name(tmp_path):
 
 @pytest.fixture(scope="module")
 def tiny_measurement(score_data, tmp_path_factory):
-    from sonfolio.score.track import ScoreTraining
+    from sonfolio.score.model.training import ScoreTraining
 
     cfg, opts = tiny_config()
     track = ScoreTraining(cfg, WIDTH).setup(score_data, score_data / "tokenizer").track

@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 from tiny import WIDTH, run_tiny, tiny_config
 
 from sonfolio import qat
-from sonfolio.score.model import load_trained
+from sonfolio.score.model.model import load_trained
 from sonfolio.train.ctc import HEAD_FILE
 from sonfolio.train.run import Run
 
@@ -25,7 +25,7 @@ def fp32(score_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def run_qat(score_data: Path, fp32: Path, out: Path, **loop) -> dict:
     from sonfolio import tracks
-    from sonfolio.score.track import ScoreTraining
+    from sonfolio.score.model.training import ScoreTraining
     from tasks.qat import run
 
     train_cfg, opts = tiny_config()
@@ -39,7 +39,7 @@ def run_qat(score_data: Path, fp32: Path, out: Path, **loop) -> dict:
         {**fields, **cfg_loop, "schemes": schemes, "int4_group_size": 16, "lr": 3e-4}
     )
     return run(
-        tracks.get("score"),
+        tracks.face("score", "qat"),
         cfg,
         ScoreTraining(train_cfg, WIDTH),
         opts,

@@ -7,7 +7,7 @@ import pytest
 from tiny import ROOT
 
 from sonfolio.config.params import load_params
-from sonfolio.score.model import check_size
+from sonfolio.score.model.model import check_size
 from sonfolio.train import device
 from sonfolio.train.device import Backend, DeviceCannotDo, choose_precision, hsa_override
 

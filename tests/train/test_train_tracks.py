@@ -54,7 +54,7 @@ def test_score_train_reports_what_the_saved_model_reads(score_data, tmp_path):
     held-out systems exactly as score_train reported."""
     from sonfolio import variants
     from sonfolio.io import read_jsonl
-    from sonfolio.score.batches import load_image, to_pixel_values
+    from sonfolio.score.model.batches import load_image, to_pixel_values
     from sonfolio.train.ctc import HEAD_FILE
 
     metrics = run_tiny(score_data, tmp_path, decode_max_tokens=8)
@@ -80,7 +80,7 @@ def test_score_train_reports_what_the_saved_model_reads(score_data, tmp_path):
 def test_speech_two_steps_pinned(speech_data, params, scratch, tmp_path, preset, processor, losses):
     """Two steps of the from-scratch tiny Whisper, and two of the default: the installed
     whisper-base fine-tuned with its lower encoder frozen and its window cut to 8 s."""
-    from sonfolio.speech.track import SpeechTraining
+    from sonfolio.speech.model.training import SpeechTraining
     from tasks.train import run
 
     chosen = scratch if preset == "from scratch" else params
@@ -116,7 +116,7 @@ def test_speech_two_steps_pinned(speech_data, params, scratch, tmp_path, preset,
     if preset == "whisper-base":  # the frozen blocks kept the base's weights, the rest moved
         from safetensors.torch import load_file
 
-        from sonfolio.speech.bases import resolve
+        from sonfolio.speech.model.bases import resolve
 
         base = load_file(Path(resolve(chosen.speech_train.model.base_model)) / "model.safetensors")
         tuned = model.state_dict()

@@ -73,7 +73,7 @@ def tiny_config(**loop: Any) -> tuple[ScoreTrain, EngineOptions]:
 
 
 def run_tiny(data: Path, out: Path, **loop: Any) -> dict[str, Any]:
-    from sonfolio.score.track import ScoreTraining
+    from sonfolio.score.model.training import ScoreTraining
     from tasks.train import run
 
     cfg, opts = tiny_config(**loop)

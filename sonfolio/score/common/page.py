@@ -1,0 +1,454 @@
+"""A page image -> one box per staff system, top to bottom.
+
+The score model reads one single-staff system at a time, so a page is cut first: staff lines are
+found as rows holding a long horizontal run of ink, evenly spaced lines are grouped into staves
+(one odd line among them, a long beam, skipped). The ink is then labelled into pieces (ink
+closer than half a staff space joined: a note and its fingering, the letters of a word), and
+each piece goes with a staff: the one whose lines it crosses; else, taken in rounds, the staff
+whose ink lies within ATTACH spaces in the piece's columns, so that ledger-line stacks and
+text over the notes follow their staff link by link; what is left between two staves goes with
+the nearer. Above the first staff and below the last, pieces near nothing (a title, a page
+number, a footer) and header text aligned to the margins (a composer, a poet) go with none.
+A box is the ink of its staff's pieces.
+
+Written here with numpy because no installed library does it: the environment has no OpenCV,
+scikit-image or scipy, and the open-source OMR tools that segment staves (e.g. oemer, homr)
+bring their own neural models. A staff line tilted by more than a fraction of a degree is
+broken into short runs, so a page is first straightened: the tilt (within `max_skew_deg`) that
+makes the ink's row profile sharpest is undone; the turned page is held to the same pixel
+limit as the upload (infer.image), checked before it is made.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+from PIL import Image
+
+from sonfolio.limits import check_image_size
+
+if TYPE_CHECKING:
+    from sonfolio.config.infer import ImageLimits, PageSplit
+
+log = logging.getLogger(__name__)
+
+# A pixel is ink when it is at least this share of the way from the paper's grey (the median
+# pixel: most of a page is paper) to the ink's (`ink_mask`). A quarter keeps the
+# anti-aliased grey rows of a thin staff line, which a 50% cut can drop.
+INK_SHARE = 0.25
+LINE_SPACING_TOLERANCE = 0.3  # a staff's line gaps may differ this much from their mean
+PAD = 2  # px of paper kept around each system's ink, as LilyPond's tight crop leaves some
+SKEW_STEP_DEG = 0.1  # tilts tried: every 0.1 degree (a 2,000 px line drifts 3.5 px per step)
+SKEW_SAMPLE = 200_000  # ink pixels enough to score a tilt; more are subsampled
+MIN_CONTRAST = 32  # grey levels below the paper's that are clearly ink, not paper noise
+MIN_INK_SHARE = 1e-4  # of the pixels: less dark is dust (one system at 100 dpi has 1%)
+# Ink this close (in staff spaces) is one piece: a notehead and the ledger line through it,
+# a fingering on its note. Kept under half a space: LilyPond leaves only 1 space between two
+# systems' ink (system-system-spacing padding) and 0.5 between the title block and the first
+# system (markup-system-spacing), so a wider join could tie staves together, or a composer's
+# name to the notes under it.
+JOIN_DOWN = 0.45
+JOIN_RIGHT = 0.5  # the letters of a word, a digit and its circle
+# A piece this close (spaces) to a staff's ink in its columns goes with that staff: ledger
+# lines 1 space apart (gaps under 0.9) follow one another, a bar number (1.1 above) its staff;
+# a page number (LilyPond: 1 space padding, 4 above the staff) stays out over the clef.
+ATTACH = 1.25
+HEADER_WORD_GAP = 2.0  # spaces between the words of one header line (a composer's name)
+
+
+@dataclass(frozen=True)
+class Box:
+    """A rectangle of the image, in pixels: right and bottom excluded."""
+
+    left: int
+    top: int
+    right: int
+    bottom: int
+
+    def as_list(self) -> list[int]:
+        return [self.left, self.top, self.right, self.bottom]
+
+
+def ink_mask(gray: np.ndarray) -> np.ndarray:
+    """(H, W) uint8 grey, paper light -> (H, W) bool, True where ink."""
+    paper = float(np.median(gray))
+    dark = gray[gray < paper - MIN_CONTRAST]
+    # No contrast (a blank or uniformly dark image) or a few specks of dust: no ink.
+    if dark.size <= MIN_INK_SHARE * gray.size:
+        return np.zeros(gray.shape, dtype=bool)
+    # The ink's grey from the clearly dark pixels only: a percentile of the whole page is paper
+    # on a sparse page (one system: under 1% of the pixels are ink).
+    ink = float(np.percentile(dark, 5))
+    return gray < paper - INK_SHARE * (paper - ink)
+
+
+def longest_runs(mask: np.ndarray) -> np.ndarray:
+    """(H, W) bool -> (H,) the longest run of consecutive True in each row."""
+    rows, starts, ends = _runs(mask)
+    out = np.zeros(mask.shape[0], dtype=np.int64)
+    np.maximum.at(out, rows, ends - starts)
+    return out
+
+
+def _runs(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(H, W) bool -> each horizontal run of True as (row, first column, column after it),
+    ordered by row, then column."""
+    padded = np.pad(mask.astype(np.int8), ((0, 0), (1, 1)))
+    edges = np.diff(padded, axis=1)  # +1 where a run starts, -1 just after it ends
+    rows, starts = np.nonzero(edges == 1)
+    _, ends = np.nonzero(edges == -1)  # row-major order: pairs with the starts
+    return rows, starts, ends
+
+
+def staff_lines(mask: np.ndarray, fraction: float) -> list[tuple[int, int]]:
+    """Rows (first, last) of each horizontal line: a run of rows whose longest ink run is at
+    least `fraction` of the longest one on the page (a staff line runs through the notes on it,
+    so it is the longest run there is; text and ledger lines are far shorter, a long beam or
+    slur may pass and is told apart by the spacing, `group_staves`)."""
+    runs = longest_runs(mask)
+    if runs.max(initial=0) == 0:
+        return []
+    rows = np.flatnonzero(runs >= fraction * runs.max())
+    breaks = np.flatnonzero(np.diff(rows) > 1)
+    firsts = np.concatenate([rows[:1], rows[breaks + 1]])
+    lasts = np.concatenate([rows[breaks], rows[-1:]])
+    return list(zip(firsts.tolist(), lasts.tolist(), strict=True))
+
+
+@dataclass(frozen=True)
+class Staff:
+    """A staff's rows, top line's first to bottom line's last, and its line spacing (px)."""
+
+    top: int
+    bottom: int
+    space: float
+
+
+def _centre(line: tuple[int, int]) -> float:
+    return (line[0] + line[1]) / 2
+
+
+def _chain(lines: list[tuple[int, int]], first: int, second: int) -> list[int]:
+    """Indices of the lines that continue `first`, `second` at the same spacing (each within
+    LINE_SPACING_TOLERANCE of the mean gap so far); one line among them (a long beam, a slur)
+    is skipped."""
+    chain = [first, second]
+    spacing = _centre(lines[second]) - _centre(lines[first])
+    for k in range(second + 1, len(lines)):
+        gap = _centre(lines[k]) - _centre(lines[chain[-1]])
+        if gap > (1 + LINE_SPACING_TOLERANCE) * spacing or k - first - len(chain) + 1 > 1:
+            break  # too far, or a second line skipped (a staff rarely holds two beams that long)
+        if abs(gap - spacing) <= LINE_SPACING_TOLERANCE * spacing:
+            chain.append(k)
+            spacing = (_centre(lines[k]) - _centre(lines[first])) / (len(chain) - 1)
+    return chain
+
+
+def find_staff_spans(lines: list[tuple[int, int]], min_lines: int) -> list[Staff]:
+    """Evenly spaced lines -> staves, top to bottom. From each line not yet in a staff, the
+    longest chain of evenly spaced lines that starts there (with any of the next few lines as
+    its second) is a staff when it has `min_lines`; a line that fits no staff (a bracket, a
+    long beam or slur, even between a staff's lines) is left out."""
+    staves: list[Staff] = []
+    i = 0
+    while i < len(lines) - 1:
+        chains = [_chain(lines, i, j) for j in range(i + 1, min(i + 4, len(lines)))]
+        best = max(chains, key=len)
+        if len(best) < min_lines:
+            i += 1
+            continue
+        first, last = lines[best[0]], lines[best[-1]]
+        staves.append(Staff(first[0], last[1], (_centre(last) - _centre(first)) / (len(best) - 1)))
+        i = best[-1] + 1
+    return staves
+
+
+def group_staves(lines: list[tuple[int, int]], min_lines: int) -> list[tuple[int, int]]:
+    """Evenly spaced lines -> staves as (top row, bottom row) (`find_staff_spans`)."""
+    return [(s.top, s.bottom) for s in find_staff_spans(lines, min_lines)]
+
+
+def skew_deg(mask: np.ndarray, max_deg: float) -> float:
+    """The tilt in degrees, within +-max_deg, that makes the rows of ink sharpest: the sum of
+    squared row counts after shearing each ink pixel back by that tilt (a projection-profile
+    deskew; lines lined up with the rows concentrate the ink in few rows). 0 for no ink."""
+    ys, xs = np.nonzero(mask)
+    if ys.size == 0 or max_deg == 0:
+        return 0.0
+    every = max(1, ys.size // SKEW_SAMPLE)
+    ys, xs = ys[::every], xs[::every].astype(np.float64)
+    best, best_score = 0.0, -1.0
+    steps = round(max_deg / SKEW_STEP_DEG)
+    # Smallest tilts first, so that a tie keeps the smaller one (a level page stays as it is).
+    for step in sorted(range(-steps, steps + 1), key=abs):
+        angle = step * SKEW_STEP_DEG
+        rows = np.round(ys - xs * np.tan(np.radians(angle))).astype(np.int64)
+        profile = np.bincount(rows - rows.min()).astype(np.float64)
+        score = float(np.dot(profile, profile))
+        if score > best_score * (1 + 1e-9):
+            best, best_score = angle, score
+    return round(best, 3)
+
+
+def turned_size(size: tuple[int, int], angle_deg: float) -> tuple[int, int]:
+    """(width, height) of an image turned by `angle_deg` with its corners kept (PIL's
+    rotate(expand=True)): a wide page turned by a few degrees grows by a tenth of its height."""
+    width, height = size
+    cos, sin = abs(math.cos(math.radians(angle_deg))), abs(math.sin(math.radians(angle_deg)))
+    return math.ceil(width * cos + height * sin), math.ceil(width * sin + height * cos)
+
+
+def deskew(image: Image.Image, max_deg: float, limits: ImageLimits) -> tuple[Image.Image, float]:
+    """A grey page turned so that its staff lines are level, and the angle it was turned by
+    (degrees, counter-clockwise); the image itself when it is level already.
+
+    Turning enlarges the image, so its size is checked against `limits` before the turned
+    copy is made (no allocation past the limit), and again on the copy.
+
+    Raises:
+        BadInput: the turned page would be over infer.image's limits.
+    """
+    angle = skew_deg(ink_mask(np.asarray(image)), max_deg)
+    if abs(angle) < SKEW_STEP_DEG / 2:
+        return image, 0.0
+    after = f"after straightening by {angle:.1f} degrees (infer.page.max_skew_deg: 0 skips it)"
+    check_image_size(turned_size(image.size, angle), "the page", limits, after)
+    level = image.rotate(angle, Image.Resampling.BICUBIC, expand=True, fillcolor=255)
+    check_image_size(level.size, "the page", limits, after)
+    return level, angle
+
+
+def find_staves(gray: np.ndarray, cfg: PageSplit) -> list[tuple[int, int]]:
+    """(H, W) uint8 grey -> each staff's (top row, bottom row), top to bottom."""
+    mask = ink_mask(gray)
+    return group_staves(staff_lines(mask, cfg.staff_line_fraction), cfg.min_staff_lines)
+
+
+def _shift_or(mask: np.ndarray, by: int, axis: int) -> np.ndarray:
+    """`mask` with each True also set on the `by` pixels after it along `axis` (down or right):
+    ink closer than `by` pixels that way is joined."""
+    out = mask.copy()
+    for step in range(1, min(by, mask.shape[axis] - 1) + 1):
+        if axis == 0:
+            out[step:] |= mask[:-step]
+        else:
+            out[:, step:] |= mask[:, :-step]
+    return out
+
+
+def _label_runs(rows: np.ndarray, starts: np.ndarray, ends: np.ndarray, width: int) -> np.ndarray:
+    """Runs (ordered by row, then column) -> a label per run, shared by runs that touch from
+    one row to the next (4-connected components, by label propagation with pointer jumping:
+    a few vectorised passes instead of a flood fill per pixel)."""
+    stride = width + 1
+    key_start, key_end = rows * stride + starts, rows * stride + ends
+    # The runs of the next row that overlap a run end after its start and start before its end.
+    lo = np.searchsorted(key_end, (rows + 1) * stride + starts, side="right")
+    hi = np.searchsorted(key_start, (rows + 1) * stride + ends, side="left")
+    count = np.maximum(hi - lo, 0)
+    a = np.repeat(np.arange(rows.size), count)
+    b = np.repeat(lo - np.cumsum(count) + count, count) + np.arange(count.sum())
+    labels = np.arange(rows.size)
+    while a.size:
+        low = np.minimum(labels[a], labels[b])
+        np.minimum.at(labels, labels[a], low)
+        np.minimum.at(labels, labels[b], low)
+        while not np.array_equal(nxt := labels[labels], labels):
+            labels = nxt
+        if np.array_equal(labels[a], labels[b]):
+            break
+    return labels
+
+
+@dataclass(frozen=True)
+class Piece:
+    """The box of a connected piece of ink (ink this close together counts as touching)."""
+
+    top: int
+    bottom: int  # the last row, included
+    left: int
+    right: int  # the column after the last
+
+
+def ink_pieces(mask: np.ndarray, space: float) -> tuple[list[Piece], np.ndarray]:
+    """The page's ink as pieces: ink joined across gaps up to JOIN_DOWN staff spaces high
+    and JOIN_RIGHT wide, so that a note on ledger lines, the fingering on it and the letters
+    of a word each make one piece with what they belong to. Each piece's box is that of its
+    ink, not of the gaps joined. Returns the pieces and each ink pixel's piece (an index into
+    them, in np.nonzero(mask) order)."""
+    joined = _shift_or(mask, max(1, round(JOIN_RIGHT * space)), axis=1)
+    joined = _shift_or(joined, max(1, round(JOIN_DOWN * space)), axis=0)
+    rows, starts, ends = _runs(joined)
+    _, piece_of_run = np.unique(_label_runs(rows, starts, ends, mask.shape[1]), return_inverse=True)
+    # Each ink pixel lies in one joined run (joining only adds ink): the last starting before it.
+    ys, xs = np.nonzero(mask)
+    stride = mask.shape[1] + 1
+    piece = piece_of_run[np.searchsorted(rows * stride + starts, ys * stride + xs, "right") - 1]
+    n = int(piece.max(initial=-1)) + 1
+    top, bottom = np.full(n, mask.shape[0]), np.full(n, -1)
+    left, right = np.full(n, mask.shape[1]), np.full(n, -1)
+    np.minimum.at(top, piece, ys)
+    np.maximum.at(bottom, piece, ys)
+    np.minimum.at(left, piece, xs)
+    np.maximum.at(right, piece, xs + 1)
+    return [Piece(*map(int, t)) for t in zip(top, bottom, left, right, strict=True)], piece
+
+
+def _header(piece: Piece, staff: Piece, space: float) -> bool:
+    """A piece above the first staff that starts left of it (a poet's name at the margin, the
+    first staff being indented) or ends at its right end (a composer's or arranger's name,
+    right-aligned to the line): header text, however close LilyPond put it (0.5 space)."""
+    return piece.left < staff.left - space or piece.right > staff.right - space / 2
+
+
+def _drop_header(free: list[Piece], staff_box: Piece, staff: Staff) -> list[Piece]:
+    """`free` without the header text above the first staff (`_header`) and the words on the
+    same line as it (rows overlapping, under HEADER_WORD_GAP spaces apart): "J." of "J. Bach"."""
+    above = [p for p in free if p.bottom < staff.top]
+    header = [p for p in above if _header(p, staff_box, staff.space)]
+    gap = HEADER_WORD_GAP * staff.space
+    grown = True
+    while grown:
+        grown = False
+        for p in above:
+            if p not in header and any(
+                p.top <= q.bottom
+                and q.top <= p.bottom
+                and max(q.left - p.right, p.left - q.right) <= gap
+                for q in header
+            ):
+                header.append(p)
+                grown = True
+    return [p for p in free if p not in header]
+
+
+def _span(pieces: list[Piece]) -> Piece:
+    """The box around pieces."""
+    return Piece(
+        min(p.top for p in pieces),
+        max(p.bottom for p in pieces),
+        min(p.left for p in pieces),
+        max(p.right for p in pieces),
+    )
+
+
+def _gap(
+    piece: Piece, staff: int, sky_top: np.ndarray, sky_bottom: np.ndarray, space: float
+) -> int:
+    """Rows between a piece and the ink `staff` holds in the piece's columns (a space either
+    side): to that ink's top when the piece is above it, from its bottom when below."""
+    cols = slice(max(0, piece.left - round(space)), piece.right + round(space))
+    above = int(sky_top[staff, cols].min()) - piece.bottom
+    below = piece.top - int(sky_bottom[staff, cols].max())
+    return max(above, below)
+
+
+def _owners(
+    pieces: list[Piece], mask: np.ndarray, piece_of: np.ndarray, staves: list[Staff]
+) -> list[list[Piece]]:
+    """Each staff's pieces. A piece that crosses staves is split between them at the middle
+    of each gap. The others are taken in rounds: a piece within ATTACH spaces of the ink a
+    staff holds in its columns goes with that staff (the nearer of two), so a ledger-line
+    stack or a fingering over a note follows it link by link; what is left between two staves
+    then goes with the staff whose ink is nearer; what is left above the first staff or below
+    the last (a title, a footer, a page number) with none. Header text above the first staff
+    (`_header`) goes with none however near."""
+    h, w = mask.shape
+    held: list[list[Piece]] = [[] for _ in staves]
+    edges = [-1, *[(a.bottom + b.top) // 2 for a, b in zip(staves, staves[1:], strict=False)], h]
+    ys, xs = np.nonzero(mask)
+    sky_top = np.full((len(staves), w), h)  # per staff and column: its ink's top row
+    sky_bottom = np.full((len(staves), w), -1)  # and bottom row
+    free = []
+    for k, piece in enumerate(pieces):
+        crossed = [
+            i for i, s in enumerate(staves) if piece.top <= s.bottom and piece.bottom >= s.top
+        ]
+        if not crossed:
+            free.append(piece)
+        for i in crossed:
+            top, bottom = piece.top, piece.bottom
+            if len(crossed) > 1:  # joined across a gap: each staff keeps its side
+                top, bottom = max(top, edges[i] + 1), min(bottom, edges[i + 1])
+            held[i].append(Piece(top, bottom, piece.left, piece.right))
+            mine = (piece_of == k) & (ys >= top) & (ys <= bottom)
+            np.minimum.at(sky_top[i], xs[mine], ys[mine])
+            np.maximum.at(sky_bottom[i], xs[mine], ys[mine])
+    free = _drop_header(free, _span(held[0]), staves[0])
+
+    def neighbours(piece: Piece) -> list[int]:
+        below = [i for i, s in enumerate(staves) if s.bottom < piece.top]
+        return [
+            i
+            for i in (below[-1] if below else None, len(below))
+            if i is not None and i < len(staves)
+        ]
+
+    def take(piece: Piece, i: int) -> None:
+        held[i].append(piece)
+        cols = slice(piece.left, piece.right)
+        sky_top[i, cols] = np.minimum(sky_top[i, cols], piece.top)
+        sky_bottom[i, cols] = np.maximum(sky_bottom[i, cols], piece.bottom)
+
+    while free:
+        near = []
+        for piece in free:
+            gaps = {
+                i: _gap(piece, i, sky_top, sky_bottom, staves[i].space) for i in neighbours(piece)
+            }
+            best = min(gaps, key=gaps.__getitem__)
+            if gaps[best] <= ATTACH * staves[best].space:
+                near.append((gaps[best], id(piece), piece, best))
+        if not near:
+            break
+        for _, _, piece, i in sorted(near):
+            take(piece, i)
+        taken = {id(p) for _, _, p, _ in near}
+        free = [p for p in free if id(p) not in taken]
+    for piece in free:  # far from any staff's ink: between two staves, the nearer one's
+        sides = neighbours(piece)
+        if len(sides) == 2:
+            gaps = [_gap(piece, i, sky_top, sky_bottom, staves[i].space) for i in sides]
+            take(piece, sides[int(np.argmin(gaps))])
+    return held
+
+
+def split_page(gray: np.ndarray, cfg: PageSplit) -> list[Box]:
+    """(H, W) uint8 grey page -> one box per staff system, top to bottom.
+
+    The ink is taken as pieces (`ink_pieces`); each goes with the staff whose lines it
+    crosses or, between two staves, with the nearer one, so fingerings, dynamics, lyrics and
+    notes on many ledger lines never add or remove a system. Above the first staff and below
+    the last, a piece goes with that staff only when it lies near the ink the staff already
+    holds in its columns (pieces taken nearest first) and is not aligned as header text, so a
+    title, a composer, a copyright line or a page number is left out, on a page of one system
+    too. A box is the ink of its staff's pieces. A page with ink but no staff found is one box
+    around all of it (with a warning).
+    """
+    mask = ink_mask(gray)
+    if not mask.any():
+        return []
+    h, w = mask.shape
+    staves = find_staff_spans(staff_lines(mask, cfg.staff_line_fraction), cfg.min_staff_lines)
+    if not staves:
+        log.warning("no staff found on the page: it is read as one system around all its ink")
+        ys, xs = np.nonzero(mask)
+        return [
+            _padded(Piece(int(ys.min()), int(ys.max()), int(xs.min()), int(xs.max()) + 1), h, w)
+        ]
+    pieces, piece_of = ink_pieces(mask, min(s.space for s in staves))
+    return [_padded(_span(mine), h, w) for mine in _owners(pieces, mask, piece_of, staves)]
+
+
+def _padded(span: Piece, h: int, w: int) -> Box:
+    """The box of a span of ink with PAD px of paper around it, within the page."""
+    return Box(
+        max(0, span.left - PAD),
+        max(0, span.top - PAD),
+        min(w, span.right + PAD),
+        min(h, span.bottom + 1 + PAD),
+    )

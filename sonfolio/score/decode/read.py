@@ -1,0 +1,140 @@
+"""A grey image read into LilyPond text, system by system: the page cut into its staff systems
+(sonfolio.score.common.page), each system scaled as the training images were made and decoded
+by a model variant, greedily or under the canonical grammar. What `sonfolio read`, the service
+and the eval's whole pages run."""
+
+from __future__ import annotations
+
+import io
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from PIL import Image
+
+from sonfolio.parallel import slices
+from sonfolio.score.common.canonical import CanonicalError, validate
+from sonfolio.score.common.page import Box, deskew, find_staves, split_page
+from sonfolio.score.decode.vocab import Carry, next_time
+from sonfolio.score.model.batches import load_image, to_pixel_values
+
+if TYPE_CHECKING:
+    from sonfolio.config.infer import Infer
+    from sonfolio.variants import Variant
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SystemText:
+    """One staff system read from an image."""
+
+    index: int  # 1-based, top to bottom
+    box: Box  # where it lies in the image
+    text: str
+    problem: str | None  # why the text is not canonical LilyPond; None when it is
+    time: str | None = None  # the time signature in force before it (the system above's)
+
+    def as_dict(self) -> dict:
+        return {
+            "index": self.index,
+            "box": self.box.as_list(),
+            "text": self.text,
+            "canonical": self.problem is None,
+            "problem": self.problem,
+            "time": self.time,
+        }
+
+
+@dataclass(frozen=True)
+class Reading:
+    """An image's systems, top to bottom. `deskew_deg`: the page was turned by that much
+    (counter-clockwise) before it was cut, and the boxes lie in the turned image; 0: as given."""
+
+    systems: list[SystemText]
+    deskew_deg: float
+
+
+def system_boxes(
+    image: Image.Image, page: bool | None, cfg: Infer
+) -> tuple[Image.Image, list[Box], float]:
+    """Where the systems lie: in the whole image (page False), in the straightened page split
+    into systems (True), or, with None, the latter only when it has more than one staff.
+    Returns the image the boxes refer to, the boxes, and the turn applied."""
+    whole = (image, [Box(0, 0, image.width, image.height)], 0.0)
+    if page is False:
+        return whole
+    level, angle = deskew(image, cfg.page.max_skew_deg, cfg.image)
+    gray = np.asarray(level)
+    if page is None:
+        staves = len(find_staves(gray, cfg.page))
+        log.info("%d staves found: %s", staves, "a page" if staves > 1 else "one system")
+        if staves <= 1:
+            return whole
+    if angle:
+        log.info("page straightened by %.1f degrees", angle)
+    return level, split_page(gray, cfg.page), angle
+
+
+def pixel_values(images: Sequence[Image.Image], processor: Any) -> torch.Tensor:
+    """Grey system images -> (B, 1, H, W) model input, as the training images were made.
+
+    `processor` is the model's ViTImageProcessor: its size is the canvas (height, width)."""
+    height, width = processor.size["height"], processor.size["width"]
+    arrays = []
+    for img in images:
+        scale = width / max(img.size)
+        img = img.resize(
+            (max(1, round(img.width * scale)), max(1, round(img.height * scale))),
+            Image.Resampling.LANCZOS,
+        )
+        buf = io.BytesIO()
+        img.save(buf, format="PNG")  # lossless, as the stored training images
+        buf.seek(0)
+        arrays.append(load_image(buf, height, width))  # PIL opens a file object as a path
+    return to_pixel_values(np.stack(arrays))
+
+
+def problem(text: str, time: str | None = None) -> str | None:
+    try:
+        validate(text, time)
+    except CanonicalError as err:
+        return str(err)
+    return None
+
+
+def read_image(variant: Variant, image: Image.Image, page: bool | None, cfg: Infer) -> Reading:
+    """Every staff system of a grey image, read into LilyPond text.
+
+    Systems are read top to bottom, each in the time signature the one above leaves in force
+    (canonical.time_after; the first: none known), which a system that prints none needs for
+    its bar checks; with `infer.constrained` the decoding itself keeps to the grammar
+    (sonfolio.score.decode), else it is greedy and only checked.
+    """
+    source, boxes, angle = system_boxes(image, page, cfg)
+    if not boxes:
+        return Reading([], angle)
+    crops = [source.crop((b.left, b.top, b.right, b.bottom)) for b in boxes]
+    pixels = pixel_values(crops, variant.processor)
+    texts: list[str] = []
+    times: list[str | None] = []  # the time in force before each system
+    time: str | None = None  # in force before the next system to decode
+    for part in slices(len(crops), cfg.batch_size):
+        if cfg.constrained:
+            batch = variant.generate(
+                pixels[part], cfg.score_max_tokens, times=Carry(time), constrained=True
+            )
+        else:
+            batch = variant.generate(pixels[part], cfg.score_max_tokens)
+        for text in batch:
+            texts.append(text.strip())
+            times.append(time)
+            time = next_time(texts[-1], time)
+    systems = [
+        SystemText(i + 1, box, text, problem(text, t), t)
+        for i, (box, text, t) in enumerate(zip(boxes, texts, times, strict=True))
+    ]
+    return Reading(systems, angle)

@@ -1,0 +1,274 @@
+"""Reading whole pages, measured note by note: what `read --page` makes of a page against the
+notes on it. Shared by the eval stage (held-out pages, in the report) and benchmarks/pages.py.
+
+Notes: (pitch, duration) pairs in order, music21 pitches (`F#4`) and quarter lengths, a
+chord's pitches from low to high, from a canonical text (valid or not: what the grammar's note,
+chord and tuplet shapes recover; anything else is ignored). A page's truth is the notes whose
+onset lies within its lines (LilyPond's own layout report, sonfolio.score.common.pages); a page's
+reading is its predicted systems' notes in page order. note_error_rate: the edit distance
+between the sequences / truth length, summed over pages; `_pitch`: pitches only. The baseline
+repeats the page's most common note (or pitch) as often as the truth has notes.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections import Counter
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+from music21 import pitch
+from PIL import Image
+from rapidfuzz.distance import Levenshtein
+
+from sonfolio.score.common.canonical import CanonicalError, bar_lengths, validate
+from sonfolio.score.common.pages import Layout, LayoutUnproven, Page, engrave, join_lines
+
+log = logging.getLogger(__name__)
+
+# Lenient note shapes of the canonical grammar (a prediction may break the grammar anywhere).
+_PITCH = r"([a-g])(isis|eses|is|es)?('{1,5}|,{1,4})?"
+_DUR = r"(1|2|4|8|16|32|64)(\.{0,2})"
+_NOTE = re.compile(rf"{_PITCH}{_DUR}~?")
+_CHORD_OPEN = re.compile(rf"<{_PITCH}")
+_CHORD_MID = re.compile(_PITCH)
+_CHORD_END = re.compile(rf"{_PITCH}>{_DUR}~?")
+_REST = re.compile(rf"r{_DUR}")
+_RATIO = re.compile(r"([1-9][0-9]?)/([1-9][0-9]?)")
+_ALTER = {None: 0, "is": 1, "isis": 2, "es": -1, "eses": -2}
+_GRACES = ("\\grace", "\\acciaccatura")  # canonical.GRACES: groups that last nothing
+
+
+@dataclass(frozen=True)
+class Note:
+    pitch: str  # music21 nameWithOctave: "F#4"
+    length: Fraction  # quarter notes (a tuplet's members scaled)
+    onset: Fraction  # whole notes from the start, as LilyPond's moments
+
+
+def _m21_pitch(step: str, alter: str | None, marks: str | None) -> str:
+    octave = 3 + (marks or "").count("'") - (marks or "").count(",")
+    return pitch.Pitch(step.upper(), octave=octave, accidental=_ALTER[alter]).nameWithOctave
+
+
+def _length(base: str, dots: str) -> Fraction:
+    value = Fraction(1, int(base))
+    return value * (2 - Fraction(1, 2 ** len(dots)))  # whole notes
+
+
+def notes_of(text: str) -> tuple[list[Note], Fraction]:
+    """The notes a text spells, in order, and where its music ends (whole notes); tokens
+    that are no note shape are skipped (markings such as `-.`, `\\p`, `(`; `\\bar ":|."`).
+
+    A chord gives each of its pitches (as written, low to high in canonical text); rests move
+    time on but give no note; `\\tuplet N/M { ... }` scales its members by M/N. A grace group
+    (`\\grace { ... }`, `\\acciaccatura { ... }`) lasts nothing and gives no note, as
+    music21's notes leave grace notes out (benchmarks/pages.py): its notes and chords are
+    skipped up to its `}` (without braces: the one event after the command), or up to the
+    first token that is none of them in a broken group.
+    """
+    notes: list[Note] = []
+    onset, scale = Fraction(0), Fraction(1)
+    chord: list[str] | None = None
+    # inside a grace group: its events still to skip (-1: up to its `}`); 0: not in one
+    grace = 0
+    toks = text.split()
+    for i, tok in enumerate(toks):
+        if grace:
+            if tok in ("{", "}"):  # a group opens, or ends
+                grace = -1 if tok == "{" and toks[i - 1] in _GRACES else 0
+                if grace or tok == "}":
+                    continue
+            elif _NOTE.fullmatch(tok) or _CHORD_END.fullmatch(tok):
+                if grace > 0:  # `\\grace c'8` without braces: that one event
+                    grace -= 1
+                continue
+            elif _CHORD_OPEN.fullmatch(tok) or _CHORD_MID.fullmatch(tok):
+                continue
+            else:
+                grace = 0  # a group broken off: read on as usual
+        if tok in _GRACES:
+            grace, chord = 1, None
+        elif tok == "\\tuplet" and i + 1 < len(toks) and (m := _RATIO.fullmatch(toks[i + 1])):
+            scale = Fraction(int(m[2]), int(m[1]))
+        elif tok == "}":
+            scale = Fraction(1)
+        elif chord is None and (m := _NOTE.fullmatch(tok)):
+            length = _length(m[4], m[5]) * scale
+            notes.append(Note(_m21_pitch(m[1], m[2], m[3]), length * 4, onset))
+            onset += length
+        elif m := _REST.fullmatch(tok):
+            onset += _length(m[1], m[2]) * scale
+        elif m := _CHORD_OPEN.fullmatch(tok):
+            chord = [_m21_pitch(m[1], m[2], m[3])]
+        elif chord is not None and (m := _CHORD_MID.fullmatch(tok)):
+            chord.append(_m21_pitch(m[1], m[2], m[3]))
+        elif chord is not None and (m := _CHORD_END.fullmatch(tok)):
+            length = _length(m[4], m[5]) * scale
+            chord.append(_m21_pitch(m[1], m[2], m[3]))
+            notes += [Note(p, length * 4, onset) for p in chord]
+            onset, chord = onset + length, None
+    return notes, onset
+
+
+def edit_rate(truth: list, hyp: list) -> tuple[int, int]:
+    """(edit distance, truth length) of two sequences of hashable items."""
+    return Levenshtein.distance(truth, hyp), len(truth)
+
+
+def baseline_distance(truth: list) -> int:
+    """Errors of a guess that repeats the most common item as often as the truth has items."""
+    return len(truth) - (Counter(truth).most_common(1)[0][1] if truth else 0)
+
+
+def page_truth(notes: list[Note], page: Page) -> list[Note]:
+    start, end = page.systems[0][0], page.systems[-1][1]
+    return [n for n in notes if start <= n.onset < end]
+
+
+def page_row(
+    piece: str,
+    collection: str,
+    title: str,
+    number: int,
+    page: Page,
+    truth: list[Note],
+    reading: Any,
+) -> dict:
+    """One page's figures: systems true, found and valid, and the note edit distances."""
+    hyp = [n for s in reading.systems for n in notes_of(s.text)[0]]
+    pairs, pitches = [(n.pitch, n.length) for n in truth], [n.pitch for n in truth]
+    dist, _ = edit_rate(pairs, [(n.pitch, n.length) for n in hyp])
+    dist_pitch, _ = edit_rate(pitches, [n.pitch for n in hyp])
+    return {
+        "piece": piece,
+        "collection": collection,
+        "title": title,
+        "page": number,
+        "true_systems": len(page.systems),
+        "found_systems": len(reading.systems),
+        "valid_systems": sum(s.problem is None for s in reading.systems),
+        "truth_notes": len(truth),
+        "predicted_notes": len(hyp),
+        "distance": dist,
+        "distance_pitch": dist_pitch,
+        "baseline_distance": baseline_distance(pairs),
+        "baseline_distance_pitch": baseline_distance(pitches),
+    }
+
+
+def summarize(rows: list[dict]) -> dict[str, Any]:
+    """The figures over all pages (note rates summed over pages, not averaged)."""
+    found = sum(r["found_systems"] for r in rows)
+    true = sum(r["true_systems"] for r in rows)
+    truth = sum(r["truth_notes"] for r in rows)
+    ratios = [r["found_systems"] / r["true_systems"] for r in rows]
+
+    def rate(key: str) -> float | None:
+        return round(sum(r[key] for r in rows) / truth, 4) if truth else None
+
+    return {
+        "pages": len(rows),
+        "true_systems": true,
+        "found_systems": found,
+        "valid_rate": round(sum(r["valid_systems"] for r in rows) / found, 4) if found else None,
+        "systems_found_ratio": {
+            "overall": round(found / true, 4) if true else None,
+            "pages_within_0.95_1.05": round(sum(0.95 <= x <= 1.05 for x in ratios) / len(rows), 4)
+            if rows
+            else None,
+            "per_page": [round(x, 3) for x in ratios],
+        },
+        "truth_notes": truth,
+        "predicted_notes": sum(r["predicted_notes"] for r in rows),
+        "note_error_rate": rate("distance"),
+        "note_error_rate_pitch": rate("distance_pitch"),
+        "baseline_most_common_note": {
+            "note_error_rate": rate("baseline_distance"),
+            "note_error_rate_pitch": rate("baseline_distance_pitch"),
+        },
+    }
+
+
+def system_note_rates(refs: list[str], hyps: list[str]) -> dict[str, Any]:
+    """The same note measure over systems read alone (each hypothesis against its reference),
+    summed: what a page's figure is compared with."""
+    dist = dist_pitch = total = 0
+    for ref_text, hyp_text in zip(refs, hyps, strict=True):
+        ref, hyp = notes_of(ref_text)[0], notes_of(hyp_text)[0]
+        dist += edit_rate([(n.pitch, n.length) for n in ref], [(n.pitch, n.length) for n in hyp])[0]
+        dist_pitch += edit_rate([n.pitch for n in ref], [n.pitch for n in hyp])[0]
+        total += len(ref)
+    return {
+        "note_error_rate": round(dist / total, 4) if total else None,
+        "note_error_rate_pitch": round(dist_pitch / total, 4) if total else None,
+        "truth_notes": total,
+    }
+
+
+def read_page(variant: Any, png: Path, cfg: Any) -> tuple[Any, float]:
+    """The page read as `sonfolio read --page` reads it: decoded, grey, cut, decoded by the
+    model; and the seconds it took."""
+    from sonfolio.score.decode.image_file import to_gray
+    from sonfolio.score.decode.read import read_image
+
+    start = time.perf_counter()
+    with Image.open(png) as img:
+        gray = to_gray(img, png.name)
+    reading = read_image(variant, gray, True, cfg)
+    return reading, time.perf_counter() - start
+
+
+def heldout_parts(rows: list[dict], split: str, limit: int, seed: int) -> list[list[dict]]:
+    """Up to `limit` parts of `split` cut from pages by the data stage (manifest rows with
+    `layout: page`), each as its lines in page order: a seeded draw of whole parts."""
+    import random
+
+    parts: dict[str, list[dict]] = {}
+    for r in rows:
+        if r.get("layout") == "page" and r["split"] == split:
+            stem, _, line = Path(r["image"]).stem.rpartition("-")
+            parts.setdefault(stem, []).append({**r, "_line": int(line)})
+    stems = sorted(parts)
+    random.Random(f"{seed}/pages").shuffle(stems)
+    return [sorted(parts[s], key=lambda r: r["_line"]) for s in stems[:limit]]
+
+
+def evaluate_pages(
+    variant: Any, parts: list[list[dict]], read_cfg: Any, exe: Path, dpi: int, work: Path
+) -> dict[str, Any]:
+    """Each part engraved whole as pages in LilyPond's default layout (A4, 20 pt, a title),
+    each page read as `read --page` reads it, and the figures over all pages (`summarize`),
+    with the pages read per second. A part whose layout cannot be proven is counted, skipped."""
+    rows: list[dict] = []
+    read_s, skipped = 0.0, Counter()
+    for k, lines in enumerate(parts):
+        text = join_lines([(r["text"], r.get("time")) for r in lines])
+        try:
+            validate(text)
+            length = sum(bar_lengths(text), Fraction(0))
+            layout = Layout("a4", 20.0, title="Held-out piece", composer="Trad.")
+            pages = engrave(text, length, layout, work / f"part{k:03d}", exe, dpi, 120)
+        except (CanonicalError, LayoutUnproven) as err:
+            log.warning("%s: not engraved as pages: %s", lines[0]["piece"], err)
+            skipped["not_engraved"] += 1
+            continue
+        notes, _ = notes_of(text)
+        for number, page in enumerate(pages, 1):
+            reading, seconds = read_page(variant, page.png, read_cfg)
+            read_s += seconds
+            piece, collection = lines[0]["piece"], lines[0]["collection"]
+            rows.append(
+                page_row(piece, collection, "", number, page, page_truth(notes, page), reading)
+            )
+    if not rows:
+        return {"pages": 0, "skipped_parts": dict(skipped)}
+    result = summarize(rows)
+    result["pages_per_second"] = round(len(rows) / read_s, 3) if read_s else None
+    result["parts"] = len(parts) - sum(skipped.values())
+    result["skipped_parts"] = dict(skipped)
+    return result

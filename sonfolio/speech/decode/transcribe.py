@@ -1,0 +1,69 @@
+"""16 kHz audio of any length read into text: cut into chunks that fit the model's window
+(sonfolio.speech.decode.chunks), chunks without speech left undecoded
+(sonfolio.speech.decode.voice), the rest decoded by a model variant in batches and joined.
+What `sonfolio transcribe` and the service run."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from sonfolio.parallel import slices
+from sonfolio.speech.common.audio import SAMPLE_RATE
+from sonfolio.speech.decode.chunks import join_texts, plan_chunks, processor_window_s
+from sonfolio.speech.decode.voice import has_speech
+
+if TYPE_CHECKING:
+    from sonfolio.config.infer import Infer
+    from sonfolio.variants import Variant
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ChunkText:
+    """One window of audio and what the model heard in it."""
+
+    start_s: float
+    end_s: float
+    text: str
+    no_speech: bool = False  # no speech heard (sonfolio.speech.decode.voice): the text is empty
+
+    def as_dict(self) -> dict:
+        return {
+            "start": round(self.start_s, 3),
+            "end": round(self.end_s, 3),
+            "text": self.text,
+            "no_speech": self.no_speech,
+        }
+
+
+def transcribe(variant: Variant, audio: np.ndarray, cfg: Infer) -> tuple[list[ChunkText], str]:
+    """16 kHz mono float audio -> (each chunk's text, the whole text).
+
+    With `infer.no_speech.check`, a chunk in which no speech is heard is not decoded: its text
+    is empty and flagged `no_speech`, where Whisper would invent a sentence."""
+    fe = variant.processor
+    chunks = plan_chunks(audio, SAMPLE_RATE, processor_window_s(fe), cfg.audio)
+    if len(chunks) > 1:
+        log.info("%.1f s of audio in %d chunks", audio.size / SAMPLE_RATE, len(chunks))
+    check = cfg.no_speech.check
+    heard = [not check or has_speech(audio[c.start : c.end], cfg.no_speech) for c in chunks]
+    if not all(heard):
+        log.info("%d of %d chunks hold no speech (infer.no_speech)", heard.count(False), len(heard))
+    spoken = [c for c, h in zip(chunks, heard, strict=True) if h]
+    decoded: list[str] = []
+    for part in slices(len(spoken), cfg.batch_size):
+        clips = [audio[c.start : c.end] for c in spoken[part]]
+        feats = fe(clips, sampling_rate=SAMPLE_RATE, return_tensors="pt")["input_features"]
+        decoded += [t.strip() for t in variant.generate(feats, cfg.speech_max_tokens)]
+    found = iter(decoded)
+    texts = [next(found) if h else "" for h in heard]
+    out = [
+        ChunkText(c.start / SAMPLE_RATE, c.end / SAMPLE_RATE, t, not h)
+        for c, t, h in zip(chunks, texts, heard, strict=True)
+    ]
+    return out, join_texts(texts, [c.overlaps for c in chunks])

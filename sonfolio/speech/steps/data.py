@@ -1,0 +1,31 @@
+"""data@speech: French clips and their transcripts (sonfolio.faces.DataFace)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sonfolio.config.data import SpeechData
+
+
+class SpeechDataFace:
+    name = "speech"
+    data_file = "audio"  # the manifest column naming each row's file (the step hashes it)
+    data_items = "utterances"  # what a manifest row is, in the metrics' `utterances_per_s`
+
+    def build_data(
+        self, cfg: SpeechData, download_cache: Path, out: Path
+    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """The speech dataset written into `out`: its manifest rows and its stats.
+
+        French clips (16 kHz mono WAV) spoken by espeak-ng or read from a corpus; rows (audio,
+        text, text_norm, duration, speaker, split) as sonfolio.speech.data.dataset.build makes
+        them. `download_cache` is unused: a hub corpus is cached by `datasets` itself.
+        """
+        from sonfolio.speech.data.dataset import build
+
+        return build(cfg, out)
+
+
+FACE = SpeechDataFace()

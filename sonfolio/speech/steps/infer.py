@@ -1,0 +1,27 @@
+"""Transcribing with an exported Whisper (sonfolio.faces.InferFace): the runtime
+(sonfolio.variants), the CLI and the service ask it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class SpeechInferFace:
+    name = "speech"
+
+    def check_infer(self, processor: Any, cfg: Any) -> None:
+        """Inference settings (params.yaml `infer`) that cannot work with this model.
+
+        Raises:
+            ValueError: infer.audio's cuts do not fit the model's window.
+        """
+        from sonfolio.speech.decode.chunks import check_settings, processor_window_s
+
+        check_settings(processor_window_s(processor), cfg.audio)
+
+    def grammar(self) -> None:
+        """None: transcripts are decoded greedily, with no grammar."""
+        return None
+
+
+FACE = SpeechInferFace()

@@ -1,0 +1,6 @@
+"""The speech track's metric keys that its bench, eval and report faces share (one place, so the
+report reads what the others write; importing it pulls in nothing else)."""
+
+GATE_METRIC = "wer"  # the bench's quality key per variant
+# the eval's keys compared with the reference variant (delta_<key>) and quality.csv's columns
+EVAL_DELTA_KEYS = ("wer", "cer")
