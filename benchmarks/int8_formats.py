@@ -41,7 +41,7 @@ from sonfolio.export.int4 import quantize_int4
 from sonfolio.export.int8 import quantize_int8
 from sonfolio.export.layout import ONNX_FILES, copy_companions, load_onnx
 from sonfolio.export.prepare import prepare_for_quantization
-from sonfolio.export.track import quiet_quantizers
+from sonfolio.export.run import quiet_quantizers
 from sonfolio.io import read_jsonl, write_json
 
 RESULTS = Path("benchmarks/results/int8_formats.json")

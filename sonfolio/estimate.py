@@ -1,7 +1,8 @@
 """`sonfolio estimate`: what a training run costs, from steps measured on this machine.
 
 For each track it builds the configured model and data exactly as the training stage does
-(its definition's `training`, sonfolio/<track>/track.py, on the real data folders), runs real
+(its train face's `training`, sonfolio/<track>/model/training.py, on the real data
+folders), runs real
 optimizer steps through the engine (`sonfolio.train.run.Run.step`, the first `warmup_steps`
 untimed), and turns the measured seconds per step into hours and dollars for a target number
 of steps on each GPU of a price table (sonfolio/gpu_prices.yaml, or `estimate.prices`).
@@ -281,10 +282,10 @@ def build_track(
     name: str, params: EstimateParams | Params
 ) -> tuple[Track, TrainLoop, EngineOptions]:
     """The track's model and datasets, exactly as its training stage builds them (its
-    definition's `training`).
+    train face's `training`).
 
     Raises:
-        UnknownTrack: no definition of that name.
+        UnknownTrack: no track of that name.
         MissingInput: naming the stage that makes the missing data or tokenizer.
         DeviceCannotDo: a model size or precision this device cannot train, as the stage would.
     """

@@ -21,7 +21,7 @@ SPECIAL_TOKENS = [PAD, BOS, EOS, UNK]
 
 @dataclass(frozen=True)
 class BuiltTokenizer:
-    """A track's tokenizer as its definition made (or took) it, for the tokenizer step to check
+    """A track's tokenizer as its tokenizer face made (or took) it, for the tokenizer step to check
     and save."""
 
     tokenizer: PreTrainedTokenizerFast  # what every manifest text is round-tripped through

@@ -24,7 +24,7 @@ _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
 class UnknownTrack(ValueError):
-    """A track name with no definition; the message says where a definition goes."""
+    """A track or step with no face; the message names the module it needs."""
 
 
 def _check_name(name: str) -> None:

@@ -7,7 +7,7 @@ model.safetensors, tokenizer, processor) or an ONNX folder in optimum's layout
 decoder_with_past_model.onnx, config.json, generation_config.json, tokenizer, processor), as
 written by the export stage under ${paths.tracks.<track>.export}/<variant>/. The track comes
 from config.json: a vision-encoder-decoder model reads scores, a whisper model hears speech;
-the track's definition (sonfolio.tracks) names the classes that load it.
+the track's export face (sonfolio.tracks.face) names the classes that load it.
 
 ONNX folders load with optimum's ORTModel of the track (ORTModelForVision2Seq, ...), on
 CUDAExecutionProvider when onnxruntime has it and device allows, else on CPU; PyTorch ones on
@@ -30,17 +30,17 @@ from typing import TYPE_CHECKING, Any
 import torch
 from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerBase
 
+from sonfolio import ctc_head as ctc
 from sonfolio import tracks
 from sonfolio.export.layout import DECODER, ENCODER, UNMERGED
 from sonfolio.infer.ortloop import OrtGreedy
-from sonfolio.train import ctc
 
 if TYPE_CHECKING:
     from sonfolio.score.decode.vocab import Carry
 
 log = logging.getLogger(__name__)
 
-# config.json's model_type -> the track whose definition (sonfolio.tracks) says how it loads
+# config.json's model_type -> the track whose export face (sonfolio.tracks) says how it loads
 TRACKS = {"vision-encoder-decoder": "score", "whisper": "speech"}
 TORCH_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 # optimum's layouts: a merged decoder, or a decoder + one with past
@@ -153,7 +153,7 @@ class Variant:
     def _constrained(
         self, inputs: torch.Tensor, new: int, times: Sequence[str | None] | Carry | None
     ) -> list[str]:
-        # the track's definition names the module that decodes under its grammar
+        # the track's infer face names the module that decodes under its grammar
         cs = tracks.face(self.track, "infer").grammar()
         if cs is None:
             raise VariantError(

@@ -37,8 +37,8 @@ from sonfolio.bench.peer import (
     peer_cases,
     whisper_tokenizer,
 )
+from sonfolio.bench.run import Track, bench_track, finish
 from sonfolio.bench.torch_runtime import bf16_support
-from sonfolio.bench.track import Track, bench_track, finish
 from sonfolio.config.bench import Bench, BenchParams
 from sonfolio.config.export import Export
 from sonfolio.config.stage import load_sections
@@ -114,7 +114,7 @@ def run(
 
     Raises:
         ValueError: the manifest has no test rows.
-        QualityGateFailed (sonfolio.bench.track): past the gate's allowance, with fail_on_gate set.
+        QualityGateFailed (sonfolio.bench.run): past the gate's allowance, with fail_on_gate set.
     """
     stage = f"bench@{track.name}"
     tok = AutoTokenizer.from_pretrained(str(model))

@@ -147,21 +147,21 @@ def main() -> None:
     track = tracks.from_argv(sys.argv[1:], STEP)
     params = load_sections(EvalParams)
     paths = params.paths.track(track)
-    definition = tracks.face(track, "eval")
+    face = tracks.face(track, "eval")
     cfg = params.section(track, STEP)
     with tempfile.TemporaryDirectory(prefix=f"eval-{track}-") as work:
         # a track's baselines (speech: the untouched base, zero-shot) are scored beside them
-        baselines = definition.eval_baselines(cfg, paths.model, Path(work))
+        baselines = face.eval_baselines(cfg, paths.model, Path(work))
         run(
             cfg,
-            definition,
+            face,
             paths.data,
             variants.discover(paths.model, paths.export),
             paths.eval,
             params.paths.metrics / f"{track}_{STEP}.json",
-            definition.eval_tool(params),
+            face.eval_tool(params),
             baselines,
-            definition.eval_extra(params, paths),
+            face.eval_extra(params, paths),
         )
 
 

@@ -24,7 +24,7 @@ from typing import Any
 from sonfolio import tracks
 from sonfolio.config.export import Export, ExportParams, TrackExport
 from sonfolio.config.stage import load_sections
-from sonfolio.export.track import export_track, sources
+from sonfolio.export.run import export_track, sources
 from sonfolio.io import write_json
 from sonfolio.logs import setup_logging
 

@@ -32,7 +32,7 @@ from sonfolio.train.setup import Training
 
 
 def run(
-    definition: QatFace,
+    face: QatFace,
     cfg: QatTrain,
     training: Training,
     opts: EngineOptions,
@@ -45,7 +45,7 @@ def run(
     live: Path | None,
     int8_bits: int,
 ) -> dict[str, Any]:
-    """Fine-tune the track's model in `fp32` per scheme of `cfg` (`definition`: the track's
+    """Fine-tune the track's model in `fp32` per scheme of `cfg` (`face`: the track's
     qat face, sonfolio.tracks.face; `training`: its training, whose data and model build are
     reused).
 
@@ -54,13 +54,13 @@ def run(
         TrainingDiverged, ValueError.
     """
     job = qat.QatJob(
-        track=definition.name,
+        track=face.name,
         cfg=cfg,
         opts=opts,
-        load=definition.load_trained,
+        load=face.load_trained,
         fp32=fp32,
         make_track=lambda model: (
-            training.setup(data, tokenizer_dir, model=model, name=f"{definition.name}_qat").track
+            training.setup(data, tokenizer_dir, model=model, name=f"{face.name}_qat").track
         ),
         inputs=[data / "manifest.jsonl", *sorted(tokenizer_dir.glob("*.json"))],
         checkpoints=checkpoints,
@@ -74,10 +74,10 @@ def main() -> None:
     setup_logging()
     track = tracks.from_argv(sys.argv[1:], "qat")
     params = load_sections(QatParams)
-    definition = tracks.face(track, "qat")
+    face = tracks.face(track, "qat")
     cfg, own = params.section(track, "qat"), params.paths.track(track)
     run(
-        definition,
+        face,
         cfg,
         tracks.face(track, "train").training(params),
         params.engine_options(cfg.preset),

@@ -13,8 +13,9 @@ Writes: ${paths.tracks.<track>.model}/ (the transformers model's save_pretrained
         ${paths.live}/<track>_train/ (curves); resumable checkpoints under
         ${paths.checkpoints}/<track>_train/ (removed on success)
 
-What a track trains and how its held-out figures are read is its definition's `training`
-(sonfolio/<track>/track.py): score, the token error rate of greedy decoding (by the CTC head
+What a track trains and how its held-out figures are read is its train face's `training`
+(sonfolio/<track>/model/training.py): score, the token error rate of greedy decoding (by the
+CTC head
 or the decoder, as score_train.decode says) of the `heldout` collections and `test`; speech,
 CER and WER on normalised text of `test` (sentences and voices never heard in training).
 """

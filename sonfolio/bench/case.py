@@ -21,7 +21,7 @@ class Spec:
     """What a worker process measures; written as JSON for it."""
 
     case: Case
-    track: str  # the track's name: its definition (sonfolio.tracks) says how a model loads
+    track: str  # the track's name: its export face (sonfolio.tracks.face) says how a model loads
     inputs: str  # .npy file: (N, ...) float32 model inputs
     threads: int
     decoder_threads: int  # ort_loop only: intra-op threads of the decoder session

@@ -28,8 +28,8 @@ class OrtRuntime(TorchRuntime):
         options.intra_op_num_threads = spec.threads
         options.inter_op_num_threads = 1
         set_spinning(options, spec.spin_wait)
-        self.definition = tracks.face(spec.track, "export")
-        self.model = self.definition.ort_model_class().from_pretrained(
+        self.face = tracks.face(spec.track, "export")
+        self.model = self.face.ort_model_class().from_pretrained(
             spec.case.folder, session_options=options, use_io_binding=spec.io_binding
         )
         self.torch, self.dtype = torch, torch.float32
@@ -37,7 +37,7 @@ class OrtRuntime(TorchRuntime):
         self.ctc = OrtCtc(self.model.encoder.session, blank) if reads else None
 
     def encode(self, x: np.ndarray) -> None:
-        self.model.encoder(**self.definition.ort_encoder_inputs(self.tensor(x)))
+        self.model.encoder(**self.face.ort_encoder_inputs(self.tensor(x)))
 
     def generate(self, x: np.ndarray, new: int, forced: bool) -> list[list[int]]:
         if self.ctc is not None:  # the encoder session's ctc_logits output

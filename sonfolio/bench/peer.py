@@ -83,7 +83,7 @@ def convert_ct2(model_dir: Path, out: Path) -> list[int]:
     return [tok.bos_token_id, len(vocab) - 1]
 
 
-# the engines a track's definition may ask for (its bench_peers)
+# the engines a track's bench face may ask for (its bench_peers)
 PEERS = ("ct2_int8", "faster_whisper_finetuned", "faster_whisper_base")
 
 

@@ -16,8 +16,8 @@ class TorchRuntime:
     def __init__(self, spec: Spec) -> None:
         import torch
 
+        from sonfolio import ctc_head as ctc
         from sonfolio import tracks
-        from sonfolio.train import ctc
 
         torch.set_num_threads(spec.threads)
         cls = tracks.face(spec.track, "export").torch_model_class()

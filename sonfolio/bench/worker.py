@@ -127,7 +127,7 @@ def _echoed(ids: list[int], prompt: list[int]) -> int:
 
 
 def _audio(path: str) -> list[np.ndarray] | None:
-    """The clips of an .npz written by sonfolio.bench.track ("0", "1", ...), or None."""
+    """The clips of an .npz written by sonfolio.bench.run ("0", "1", ...), or None."""
     if not path:
         return None
     with np.load(path) as clips:

@@ -1,4 +1,6 @@
-"""A with-past decoder step made cheaper for the greedy loop (sonfolio.infer.ortloop).
+"""A with-past decoder step made cheaper for the greedy loop (sonfolio.infer.ortloop), written
+once by the export (`write_step`: decoder_step_model.onnx beside optimum's files) so that
+opening a model does no graph surgery.
 
 `fuse_self_attention` turns each self-attention block of the with-past decoder
 (sonfolio.export.with_past) into one com.microsoft MultiHeadAttention node. A whisper-base
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -250,3 +253,39 @@ def _ordered(nodes: list[onnx.NodeProto], sources: set[str]) -> list[onnx.NodePr
             raise ValueError(f"the rewritten decoder reads unproduced tensors: {rest[0].input}")
         waiting = rest
     return order
+
+
+def step_graph(merged: onnx.ModelProto, fuse: bool = True) -> onnx.ModelProto:
+    """The with-past step of a merged decoder (sonfolio.export.with_past), its self-attention
+    fused into MultiHeadAttention nodes when `fuse` and the past has a static head count.
+
+    Raises:
+        OnnxFileError: `merged` is not an optimum merged decoder.
+    """
+    from sonfolio.export.with_past import with_past_decoder
+
+    step = with_past_decoder(merged)
+    past = [i for i in merged.graph.input if i.name.startswith("past_key_values")]
+    heads = past[0].type.tensor_type.shape.dim[1].dim_value if past else 0
+    if fuse and heads > 0:  # 0: not a static dimension
+        step, _ = fuse_self_attention(step, heads)
+    return step
+
+
+def write_step(folder: Path) -> Path | None:
+    """Write the fused with-past step of the folder's merged decoder as DECODER_STEP beside
+    it, checked by onnx's checker; None (nothing written) for a folder with no merged decoder.
+
+    Raises:
+        OnnxFileError: the merged decoder is not optimum's, or the step does not check.
+    """
+    from sonfolio.export.layout import DECODER, DECODER_STEP, check_onnx, load_onnx
+
+    if not (folder / DECODER).is_file():
+        return None
+    step = step_graph(load_onnx(folder / DECODER))
+    out = folder / DECODER_STEP
+    onnx.save(step, str(out))
+    del step
+    check_onnx(out)
+    return out

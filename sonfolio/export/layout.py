@@ -23,6 +23,10 @@ ENCODER = "encoder_model.onnx"
 DECODER = "decoder_model_merged.onnx"  # the first step and the steps with past, one file
 ONNX_FILES = (ENCODER, DECODER)  # what ORTModel loads from a variant folder
 UNMERGED = ("decoder_model.onnx", "decoder_with_past_model.onnx")  # optimum's other layout
+# the merged decoder's with-past branch as a model of its own, its self-attention fused: the
+# export writes it beside optimum's files (sonfolio.export.decoder_step.write_step), so the ORT
+# loop opens it as it is; optimum never reads it, and a folder without it is cut at opening
+DECODER_STEP = "decoder_step_model.onnx"
 
 
 class OnnxFileError(ValueError):

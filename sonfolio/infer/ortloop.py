@@ -81,9 +81,10 @@ class OrtGreedy:
       preallocated array.
     - the first step runs the merged decoder (its no-past branch, the whole prompt, logits
       into a (B, prompt length, vocab) array); later steps run its
-      with-past branch as a session of its own (sonfolio.export.with_past.with_past_decoder), which
-      skips the `If` and what only the first step needs, with its self-attention blocks fused
-      into MultiHeadAttention nodes (sonfolio.export.decoder_step.fuse_self_attention).
+      with-past branch as a session of its own (sonfolio.export.with_past.with_past_decoder),
+      which skips the `If` and what only the first step needs, with its self-attention blocks
+      fused into MultiHeadAttention nodes (sonfolio.export.decoder_step): the export writes it
+      as decoder_step_model.onnx; a folder without it has it cut out when opened.
     - the decoder sessions run `decoder_threads` intra-op threads (1 in params) at batch 1: a
       step's ops are too small to split; the encoder keeps `threads`. From `batch_threads`
       samples a batch up, a second pair of decoder sessions with `threads` threads runs it
@@ -107,15 +108,14 @@ class OrtGreedy:
         """
         import onnxruntime
 
-        from sonfolio.export.layout import DECODER, ENCODER, check_onnx, load_onnx
+        from sonfolio.export.layout import DECODER, ENCODER, check_onnx
 
         check_onnx(folder / ENCODER)  # names a missing or corrupt file (OnnxFileError)
-        merged = load_onnx(folder / DECODER)  # checked, and its with-past branch cut out
+        check_onnx(folder / DECODER)
         self.ort, self.spin = onnxruntime, spin
         self.folder, self.threads, self.decoder_threads = folder, threads, decoder_threads
         self.enc = self._session(str(folder / ENCODER), threads)
-        self.first, self.next = self._pair(merged, decoder_threads)
-        del merged
+        self.first, self.next = self._pair(decoder_threads)
         release_freed_memory()
         self._decoders = {decoder_threads: (self.first, self.next)}
         self.enc_input = self.enc.get_inputs()[0].name
@@ -146,30 +146,26 @@ class OrtGreedy:
         """The (first step, later steps) decoder sessions for a batch of this size."""
         threads = self.threads if batch >= self.batch_threads else self.decoder_threads
         if threads not in self._decoders:
-            import onnx
-
-            from sonfolio.export.layout import DECODER
-
-            # parsed again rather than kept since start-up: a large decoder's proto is GBs
-            self._decoders[threads] = self._pair(onnx.load(str(self.folder / DECODER)), threads)
+            self._decoders[threads] = self._pair(threads)
             release_freed_memory()
         return self._decoders[threads]
 
-    def _pair(self, merged: Any, threads: int) -> tuple[Any, Any]:
-        """Sessions for the merged decoder (first step) and its with-past branch (the rest,
-        its self-attention fused)."""
-        from sonfolio.export.decoder_step import fuse_self_attention
-        from sonfolio.export.layout import DECODER
-        from sonfolio.export.with_past import with_past_decoder
+    def _pair(self, threads: int) -> tuple[Any, Any]:
+        """Sessions for the merged decoder (first step) and its with-past step (the rest): the
+        export's fused step file (DECODER_STEP) as it is, or, in a folder without one (an
+        older export, optimum's own), the step cut out of the merged decoder now."""
+        from sonfolio.export.decoder_step import step_graph
+        from sonfolio.export.layout import DECODER, DECODER_STEP, check_onnx, load_onnx
 
-        step = with_past_decoder(merged)
-        past = [i for i in merged.graph.input if i.name.startswith("past_key_values")]
-        heads = past[0].type.tensor_type.shape.dim[1].dim_value if past else 0
-        if self.fuse_attention and heads > 0:  # 0: not a static dimension
-            step, _ = fuse_self_attention(step, heads)
-        data = step.SerializeToString()
-        del step  # a copy of the weights: gone before the sessions make theirs
         first = self._session(str(self.folder / DECODER), threads)
+        stored = self.folder / DECODER_STEP
+        if self.fuse_attention and stored.is_file():
+            check_onnx(stored)
+            return first, self._session(str(stored), threads)
+        # parsed here rather than kept since start-up: a large decoder's proto is GBs
+        step = step_graph(load_onnx(self.folder / DECODER), fuse=self.fuse_attention)
+        data = step.SerializeToString()
+        del step  # a copy of the weights: gone before the session makes its own
         return first, self._session(data, threads)
 
     def _session(self, model: str | bytes, threads: int) -> Any:
@@ -192,9 +188,10 @@ class OrtGreedy:
     ) -> list[list[int]]:
         """At most `new` tokens a sample after the prompt (which is not returned); `forced`:
         the end token is never picked, so every sample gets `new` (the bench's fixed length).
-        A finished sample is padded with the end token. `constraint`
-        (sonfolio.score.decode.constraint): each step picks the best token the grammar allows, and
-        a sample that ends incomplete is cut back to its last complete point (no padding)."""
+        A finished sample is padded with the end token. `constraint` (a track's grammar,
+        sonfolio.score.decode.constraint): each step picks the best token the grammar allows,
+        and a sample that ends incomplete is cut back to its last complete point (no
+        padding)."""
         batch, width = len(x), len(self.prompt.ids)
         value = self.ort.OrtValue.ortvalue_from_numpy
         prompt = np.tile(np.array(self.prompt.ids, dtype=np.int64), (batch, 1))  # (B, P)

@@ -63,12 +63,12 @@ def check_fit(variant: Variant, cfg: Infer) -> None:
     """Settings that cannot work with this model fail when it loads, not on the first request.
 
     Raises:
-        ModelUnavailable: the track's definition finds a setting that cannot work (speech:
+        ModelUnavailable: the track's infer face finds a setting that cannot work (speech:
             infer.audio's cuts do not fit the model's window).
     """
-    definition = tracks.face(variant.track, "infer")
+    face = tracks.face(variant.track, "infer")
     try:
-        definition.check_infer(variant.processor, cfg)
+        face.check_infer(variant.processor, cfg)
     except ValueError as err:
         raise ModelUnavailable(f"{variant.folder}: {err}") from None
 

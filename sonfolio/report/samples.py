@@ -1,6 +1,6 @@
 """How a track's eval samples are shown: the side-by-side images, or the worst clips to play.
 
-A track's definition names its view (`eval_samples`, a key of VIEWS); each view copies what it
+A track's report face names its view (`eval_samples`, a key of VIEWS); each view copies what it
 shows into the report folder, so every link stays inside it.
 """
 
@@ -81,7 +81,7 @@ def clip_samples(at: SampleSplit, src: Sources, out: Path, cfg: Report) -> Item:
     )
 
 
-# A track's definition names its view: `eval_samples`.
+# A track's report face names its view: `eval_samples`.
 VIEWS: dict[str, Callable[[SampleSplit, Sources, Path, Report], Item]] = {
     "images": image_samples,
     "clips": clip_samples,

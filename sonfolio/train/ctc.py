@@ -18,9 +18,9 @@ repeats merged, blanks dropped: Graves et al. 2006), or by a search constrained 
 canonical grammar (sonfolio.score.decode, over `logits`), not by its attention decoder. The
 saved folder is the plain transformers class as ever (`save_pretrained`, which any
 transformers or optimum loader reads) and the head beside it in `ctc_head.safetensors`
-(`save_pretrained` / `load_head` here); the export stages add the head to the encoder's ONNX
-graph as a second output, `ctc_logits` (sonfolio.export.fp32.add_ctc_output). Otherwise the head
-is a training aid, dropped before the model is saved.
+(`save_pretrained` here, `load_head` in sonfolio.ctc_head); the export stages add the head
+to the encoder's ONNX graph as a second output, `ctc_logits` (sonfolio.export.fp32.
+add_ctc_output). Otherwise the head is a training aid, dropped before the model is saved.
 """
 
 from __future__ import annotations
@@ -33,17 +33,19 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedModel
 
-# the folder format and the collapse are torch-free, for the ONNX runtimes; re-exported here
+# reading a model with its head is the runtime's (sonfolio.ctc_head); re-exported here for the
+# training modules that also read with it
 from sonfolio.ctc_format import DECODING, HEAD_FILE, collapse, folder_decoding  # noqa: F401
+from sonfolio.ctc_head import (  # noqa: F401
+    HEAD,
+    decodes_with_ctc,
+    generate_fn,
+    greedy,
+    load_head,
+    logits,
+)
 
 log = logging.getLogger(__name__)
-
-HEAD = "ctc_head"  # the attribute (and state-dict prefix) of the head on the model
-
-
-def decodes_with_ctc(config: object) -> bool:
-    """Whether a model (by its transformers config) is read by its CTC head."""
-    return bool(getattr(config, DECODING, False))
 
 
 def set_decoding(model: PreTrainedModel, decode: str) -> None:
@@ -101,58 +103,6 @@ def save_pretrained(
         if not head:
             raise ValueError(f"the model decodes with CTC ({DECODING}) but has no CTC head")
         save_head(head, folder)
-
-
-def load_head(model: PreTrainedModel, folder: Path) -> PreTrainedModel:
-    """Attach the head saved in `folder` to a model that decodes with CTC (others: unchanged).
-
-    Raises:
-        FileNotFoundError: the config says CTC decoding and `folder` has no ctc_head.safetensors.
-    """
-    if not decodes_with_ctc(model.config):
-        return model
-    path = Path(folder) / HEAD_FILE
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"{folder}/config.json says {DECODING}: true but {path} is missing: re-save the "
-            "model with its CTC head (rerun the training stage)"
-        )
-    from safetensors.torch import load_file
-
-    state = load_file(str(path))
-    weight = state["weight"]
-    head = nn.Linear(weight.shape[1], weight.shape[0], dtype=model.dtype, device=model.device)
-    head.load_state_dict(state)
-    setattr(model, HEAD, head)
-    return model
-
-
-@torch.no_grad()
-def logits(model: PreTrainedModel, inputs: torch.Tensor) -> torch.Tensor:
-    """The CTC head's logits (B, encoder positions, vocabulary) of `model` (which must have
-    one) on a batch."""
-    head = getattr(model, HEAD, None)
-    if head is None:
-        raise ValueError("this model has no CTC head to decode with (ctc_head.safetensors)")
-    states = model.get_encoder()(inputs.to(model.device, model.dtype)).last_hidden_state
-    return head(states.to(head.weight.dtype))
-
-
-def greedy(
-    model: PreTrainedModel, inputs: torch.Tensor, limit: int | None = None
-) -> list[list[int]]:
-    """Token ids read by the encoder and the CTC head of `model` (which must have one)."""
-    best = logits(model, inputs).argmax(-1).cpu().numpy()
-    return collapse(best, model.config.pad_token_id, limit)
-
-
-def generate_fn(model: PreTrainedModel):
-    """A stand-in for `model.generate` (same keywords, greedy only) that decodes with the head."""
-
-    def generate(inputs: torch.Tensor, max_new_tokens: int | None = None, **_: object):
-        return greedy(model, inputs, max_new_tokens)
-
-    return generate
 
 
 def detach(model: PreTrainedModel) -> None:

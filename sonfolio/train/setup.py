@@ -1,9 +1,10 @@
 """A track made ready to train: its model, datasets and the engine's Track over them.
 
-What a track's definition gives the train and QAT steps, `sonfolio estimate`, doctor and the
-train-step benchmark (`TRACK.training(params)`).
+What a track's train face gives the train and QAT steps, `sonfolio estimate`, doctor and the
+train-step benchmark (`tracks.face(name, "train").training(params)`).
 
-Each track's own side is `Training` in sonfolio/<track>/track.py; what both sides do alike is
+Each track's own side is `Training` in sonfolio/<track>/model/training.py; what both sides do
+alike is
 here: the datasets of every split, the engine's Track built over them (`prepare`, given how
 the track's model reads), and the greedy reading of the held-out splits.
 """

@@ -57,7 +57,7 @@ def test_faster_whisper_row_has_every_field(tiny_whisper, tmp_path, params):
 
     from sonfolio.bench.case import Case
     from sonfolio.bench.peer import clip_audio, count_loops, peer_cases
-    from sonfolio.bench.track import Track, bench_track
+    from sonfolio.bench.run import Track, bench_track
     from sonfolio.speech.common.audio import SAMPLE_RATE, write_wav
 
     rng = np.random.default_rng(0)

@@ -124,3 +124,45 @@ def test_the_benchmark_compares_the_step_as_exported_with_it_fused(hub_whisper_o
     result = measure(made, x, new=6, rounds=1)
     assert result["same_tokens_clips"] == result["clips"] == 3
     assert result["fused_ms_p50"] > 0 and result["plain_ms_p50"] > 0
+
+
+def test_the_export_writes_the_fused_step_and_opening_does_no_surgery(
+    hub_whisper_int8, tmp_path, monkeypatch
+):
+    """write_step stores the fused step beside optimum's files (the export stage calls it on
+    every variant); the loop opens that file as it is, and gives the tokens it gives with the
+    step cut out at opening, as a folder without the file still is."""
+    import shutil
+
+    from sonfolio import prompt
+    from sonfolio.export import decoder_step
+    from sonfolio.export.layout import DECODER_STEP
+    from sonfolio.infer.ortloop import OrtGreedy
+
+    stored, cut = tmp_path / "stored", tmp_path / "cut"
+    shutil.copytree(hub_whisper_int8, stored)
+    shutil.copytree(hub_whisper_int8, cut)
+    written = decoder_step.write_step(stored)
+    assert written == stored / DECODER_STEP
+    model = onnx.load(str(written))
+    assert [n.op_type for n in model.graph.node].count("MultiHeadAttention") == 2
+    x = np.random.default_rng(1).standard_normal((2, 80, 100)).astype(np.float32)
+    read = prompt.read(stored)
+    plain = OrtGreedy(cut, 1, 1, False, read).generate(x, 6, True)
+    # no graph surgery when the file is there
+    monkeypatch.setattr(decoder_step, "step_graph", lambda *a, **k: pytest.fail("surgery"))
+    assert OrtGreedy(stored, 1, 1, False, read).generate(x, 6, True) == plain
+
+
+def test_a_damaged_step_file_is_named(hub_whisper_onnx, tmp_path):
+    import shutil
+
+    from sonfolio import prompt
+    from sonfolio.export.layout import DECODER_STEP, OnnxFileError
+    from sonfolio.infer.ortloop import OrtGreedy
+
+    folder = tmp_path / "fp32"
+    shutil.copytree(hub_whisper_onnx, folder)
+    (folder / DECODER_STEP).write_bytes(b"\x08\x07garbage")
+    with pytest.raises(OnnxFileError, match=DECODER_STEP):
+        OrtGreedy(folder, 1, 1, False, prompt.read(folder))

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from sonfolio.bench.track import QualityGateFailed, Track, _compare, finish
+from sonfolio.bench.run import QualityGateFailed, Track, _compare, finish
 from sonfolio.config.params import load_params
 
 
@@ -51,7 +51,7 @@ def test_past_gate_is_marked_and_fails_when_configured(tmp_path, fail_on_gate):
 
 
 def test_outputs_compare_without_prompt_end_token_or_padding():
-    from sonfolio.bench.track import _clean
+    from sonfolio.bench.run import _clean
 
     track = _track(0.02)  # prompt [1], end of text 2, pad 0
     assert _clean([1, 7, 8, 2, 0, 0], track) == [7, 8]  # HF echoes the start token

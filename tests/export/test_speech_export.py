@@ -109,7 +109,7 @@ def test_lean_greedy_loop_gives_the_tokens_of_optimum_generate(exported, loop_sp
 
 
 def test_qat_folder_without_a_model_is_named(tmp_path):
-    from sonfolio.export.track import sources
+    from sonfolio.export.run import sources
 
     cfg = load_params(ROOT / "params.yaml").export
     (tmp_path / "qat").mkdir()
