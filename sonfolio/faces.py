@@ -160,10 +160,13 @@ class ReportFace(Protocol):
 
 
 class InferFace(Protocol):
-    """Reading with an exported model (sonfolio.variants, the CLI and the service): settings
-    that cannot work with a model, and the grammar a track decodes under, if any."""
+    """Reading with an exported model (sonfolio.variants, the CLI and the service): how the
+    app serves the track, settings that cannot work with a model, and the grammar a track
+    decodes under, if any."""
 
     name: str
+    command: str  # the CLI command and the service's route that read with this track's model
+    model_flag: str  # `sonfolio serve`'s option naming its model folder
 
     def check_infer(self, processor: Any, cfg: Any) -> None: ...
 

@@ -33,9 +33,10 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from fastapi import FastAPI, File, HTTPException, Request, UploadFile
 from fastapi.responses import JSONResponse, PlainTextResponse
 
+from sonfolio import tracks
 from sonfolio.infer.formats import read_lilypond, read_result, read_text, transcript_result
 from sonfolio.infer.inputs import BadInput, open_audio, open_image
-from sonfolio.infer.run import TRACK_FLAG, check_fit, load_model, read_image, transcribe
+from sonfolio.infer.run import check_fit, load_model, read_image, transcribe
 from sonfolio.speech.common.audio import SAMPLE_RATE
 from sonfolio.variants import Variant
 
@@ -100,9 +101,8 @@ class Models:
 
     def get(self, track: str) -> tuple[Variant, threading.Lock]:
         if track not in self.loaded:
-            raise HTTPException(
-                503, f"no {track} model is loaded: restart with {TRACK_FLAG[track]} FOLDER"
-            )
+            flag = tracks.face(track, "infer").model_flag
+            raise HTTPException(503, f"no {track} model is loaded: restart with {flag} FOLDER")
         return self.loaded[track], self.locks[track]
 
 

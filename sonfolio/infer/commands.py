@@ -15,11 +15,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sonfolio import tracks
+
 log = logging.getLogger(__name__)
 
 EXIT_BAD_INPUT = 2
 COMMANDS = ("read", "transcribe", "serve")
-_ROUTE = {"score": "read", "speech": "transcribe"}  # each track's endpoint
 
 
 class CommandError(Exception):
@@ -246,7 +247,8 @@ def run_serve(args: argparse.Namespace) -> int:
         if given is None:
             folder, _ = default_model(track, params.paths, params.infer.variant)
             if not folder.is_dir():  # serve what exists; the other endpoint answers 503
-                log.warning("no %s model at %s: /%s answers 503", track, folder, _ROUTE[track])
+                route = tracks.face(track, "infer").command
+                log.warning("no %s model at %s: /%s answers 503", track, folder, route)
                 models[track] = None
                 continue
         models[track] = _model(given, track, params, args.threads, args.device)

@@ -26,8 +26,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-TRACK_FLAG = {"score": "--score-model", "speech": "--speech-model"}
-
 
 class ModelUnavailable(ValueError):
     """A model folder that cannot be used for the operation; the message says what to do."""
@@ -54,7 +52,7 @@ def load_model(folder: Path, track: str, threads: int | None, device: str) -> Va
     if variant.track != track:
         raise ModelUnavailable(
             f"{folder} holds a {variant.track} model; this needs a {track} model: pass its "
-            f"folder with --model (serve: {TRACK_FLAG[track]})"
+            f"folder with --model (serve: {tracks.face(track, 'infer').model_flag})"
         )
     return variant
 

@@ -8,6 +8,8 @@ from typing import Any
 
 class ScoreInferFace:
     name = "score"
+    command = "read"  # `sonfolio read`, POST /read
+    model_flag = "--score-model"
 
     def check_infer(self, processor: Any, cfg: Any) -> None:
         """Inference settings (params.yaml `infer`) that cannot work with this model: none, a

@@ -8,6 +8,8 @@ from typing import Any
 
 class SpeechInferFace:
     name = "speech"
+    command = "transcribe"  # `sonfolio transcribe`, POST /transcribe
+    model_flag = "--speech-model"
 
     def check_infer(self, processor: Any, cfg: Any) -> None:
         """Inference settings (params.yaml `infer`) that cannot work with this model.
