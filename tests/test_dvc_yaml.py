@@ -57,10 +57,12 @@ def is_type_checking(test: ast.expr) -> bool:
 
 # Functions whose imports are no dep of a stage: they validate params.yaml as a whole, which can
 # make a stage stop but never change what it writes (sonfolio/config/stage.py says why).
-VALIDATION_ONLY = {"_validate_every_section"}
+VALIDATION_ONLY = frozenset({"_validate_every_section"})
 
 
-def runtime_nodes(tree: ast.AST) -> list[ast.AST]:
+def runtime_nodes(
+    tree: ast.AST, skip: frozenset[str] = frozenset(VALIDATION_ONLY)
+) -> list[ast.AST]:
     """Every node of `tree` but those inside `if TYPE_CHECKING:` (its `else:` runs).
 
     An import there never runs: it only names a type for annotations, which
@@ -74,7 +76,7 @@ def runtime_nodes(tree: ast.AST) -> list[ast.AST]:
         nodes.append(node)
         if isinstance(node, ast.If) and is_type_checking(node.test):
             todo.extend(node.orelse)
-        elif isinstance(node, ast.FunctionDef) and node.name in VALIDATION_ONLY:
+        elif isinstance(node, ast.FunctionDef) and node.name in skip:
             continue  # test_validation_only_functions_only_validate
         else:
             todo.extend(ast.iter_child_nodes(node))

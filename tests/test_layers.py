@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_dvc_yaml import PROJECT_PACKAGES, is_type_checking, module_file, runtime_nodes
+from test_dvc_yaml import PROJECT_PACKAGES, module_file, runtime_nodes
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "architecture.md"
@@ -132,19 +132,6 @@ def test_no_module_imports_another_modules_private_names():
     assert private == []
 
 
-def typed_nodes(tree: ast.AST) -> list[ast.AST]:
-    """Every node but those under `if TYPE_CHECKING:` (its `else:` runs)."""
-    nodes, todo = [], [tree]
-    while todo:
-        node = todo.pop()
-        nodes.append(node)
-        if isinstance(node, ast.If) and is_type_checking(node.test):
-            todo.extend(node.orelse)
-        else:
-            todo.extend(ast.iter_child_nodes(node))
-    return nodes
-
-
 def test_no_import_circle():
     """No module reaches itself through the imports that run, deferred ones (inside a
     function) included: a circle means neither side can change alone. The one function whose
@@ -153,7 +140,7 @@ def test_no_import_circle():
     graph: dict[str, set[str]] = {}
     for path in project_files():
         mods = set()
-        for node in typed_nodes(ast.parse(path.read_text())):
+        for node in runtime_nodes(ast.parse(path.read_text()), skip=frozenset()):
             if isinstance(node, ast.Import):
                 mods |= {a.name for a in node.names}
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:

@@ -103,13 +103,20 @@ MAX_TUPLET_NUMBER = 32
 
 STEPS = "cdefgab"
 ALTER = {"": 0, "is": 1, "isis": 2, "es": -1, "eses": -2}
-PITCH = re.compile(r"([a-g])(isis|eses|is|es)?('{1,5}|,{1,4})?")
-_DUR = r"(1|2|4|8|16|32|64)(\.{0,2})"
-NOTE = re.compile(rf"([a-g](?:isis|eses|is|es)?(?:'{{1,5}}|,{{1,4}})?){_DUR}(~?)")
-REST = re.compile(rf"r{_DUR}")
-CHORD_END = re.compile(rf"([a-g](?:isis|eses|is|es)?(?:'{{1,5}}|,{{1,4}})?)>{_DUR}(~?)")
+# The spellings as regular-expression pieces, for every reader of canonical text (or of a
+# prediction that breaks it) to compose with the groups it needs: a pitch's step, alteration
+# and octave marks; a duration's base and dots.
+STEP_RE, ALTER_RE, OCTAVE_RE = "[a-g]", "isis|eses|is|es", "'{1,5}|,{1,4}"
+BASE_RE, DOTS_RE = "1|2|4|8|16|32|64", r"\.{0,2}"
+PITCH_RE = rf"({STEP_RE})({ALTER_RE})?({OCTAVE_RE})?"  # groups: step, alteration, marks
+DURATION_RE = rf"({BASE_RE})({DOTS_RE})"  # groups: base, dots
+_PITCH_NAME = rf"{STEP_RE}(?:{ALTER_RE})?(?:{OCTAVE_RE})?"  # one group-free pitch
+PITCH = re.compile(PITCH_RE)
+NOTE = re.compile(rf"({_PITCH_NAME}){DURATION_RE}(~?)")
+REST = re.compile(rf"r{DURATION_RE}")
+CHORD_END = re.compile(rf"({_PITCH_NAME})>{DURATION_RE}(~?)")
 FRACTION = re.compile(r"([1-9][0-9]?)/([1-9][0-9]?)")
-PARTIAL = re.compile(r"(1|2|4|8|16|32|64)(\.{0,2})(?:\*([1-9][0-9]*)(?:/([1-9][0-9]*))?)?")
+PARTIAL = re.compile(rf"{DURATION_RE}(?:\*([1-9][0-9]*)(?:/([1-9][0-9]*))?)?")
 # Characters a canonical text can contain at all; anything else (#, $, %, (, \n ...) is hostile
 # or foreign: `take` rejects a token holding one before looking at it any further.
 ALLOWED_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789',.~<>|{}/\\\"_^* ():-")
@@ -121,7 +128,7 @@ _SYMBOL_ARITY = {"\\clef": 1, "\\key": 2, "\\time": 1, "\\partial": 1, "\\tuplet
 
 def duration_value(token: str) -> Fraction:
     """The length of a duration token like "4." in whole notes."""
-    m = re.fullmatch(_DUR, token)
+    m = re.fullmatch(DURATION_RE, token)
     if m is None:
         raise ValueError(f"not a canonical duration: {token!r}; expected one of {DURATIONS}")
     return dur_value(m.group(1), m.group(2))

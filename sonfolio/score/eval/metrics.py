@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import jiwer
 
-from sonfolio.score.common.lexicon import symbols
+from sonfolio.score.common.lexicon import ALTER_RE, BASE_RE, DOTS_RE, OCTAVE_RE, STEP_RE, symbols
 
 KINDS = (
     "pitch",
@@ -45,11 +45,13 @@ KINDS = (
 )
 # A symbol joins with NBSP inside, so jiwer (which splits on spaces) keeps it one word.
 _JOIN = "\u00a0"
+# a note or a chord's part, and a rest, by the lexicon's spellings, each field a named group
+_DURATION = rf"(?:{BASE_RE}){DOTS_RE}"
 _NOTE = re.compile(
-    r"(?P<open><)?(?P<step>[a-g])(?P<alter>isis|eses|is|es)?(?P<octave>'{1,5}|,{1,4})?"
-    r"(?P<close>>)?(?P<dur>(?:1|2|4|8|16|32|64)\.{0,2})?(?P<tie>~)?"
+    rf"(?P<open><)?(?P<step>{STEP_RE})(?P<alter>{ALTER_RE})?(?P<octave>{OCTAVE_RE})?"
+    rf"(?P<close>>)?(?P<dur>{_DURATION})?(?P<tie>~)?"
 )
-_REST = re.compile(r"r(?P<dur>(?:1|2|4|8|16|32|64)\.{0,2})")
+_REST = re.compile(rf"r(?P<dur>{_DURATION})")
 
 
 @dataclass(frozen=True)

@@ -26,21 +26,25 @@ from PIL import Image
 from rapidfuzz.distance import Levenshtein
 
 from sonfolio.score.common.canonical import CanonicalError, bar_lengths, validate
+from sonfolio.score.common.lexicon import (
+    ALTER,
+    DURATION_RE,
+    FRACTION,
+    GRACES,
+    PITCH_RE,
+    REST,
+    dur_value,
+)
 from sonfolio.score.common.pages import Layout, LayoutUnproven, Page, engrave, join_lines
 
 log = logging.getLogger(__name__)
 
-# Lenient note shapes of the canonical grammar (a prediction may break the grammar anywhere).
-_PITCH = r"([a-g])(isis|eses|is|es)?('{1,5}|,{1,4})?"
-_DUR = r"(1|2|4|8|16|32|64)(\.{0,2})"
-_NOTE = re.compile(rf"{_PITCH}{_DUR}~?")
-_CHORD_OPEN = re.compile(rf"<{_PITCH}")
-_CHORD_MID = re.compile(_PITCH)
-_CHORD_END = re.compile(rf"{_PITCH}>{_DUR}~?")
-_REST = re.compile(rf"r{_DUR}")
-_RATIO = re.compile(r"([1-9][0-9]?)/([1-9][0-9]?)")
-_ALTER = {None: 0, "is": 1, "isis": 2, "es": -1, "eses": -2}
-_GRACES = ("\\grace", "\\acciaccatura")  # canonical.GRACES: groups that last nothing
+# Lenient note shapes of the canonical grammar (a prediction may break the grammar anywhere),
+# from the lexicon's spellings: groups step, alteration, marks (, base, dots).
+_NOTE = re.compile(rf"{PITCH_RE}{DURATION_RE}~?")
+_CHORD_OPEN = re.compile(rf"<{PITCH_RE}")
+_CHORD_MID = re.compile(PITCH_RE)
+_CHORD_END = re.compile(rf"{PITCH_RE}>{DURATION_RE}~?")
 
 
 @dataclass(frozen=True)
@@ -52,12 +56,7 @@ class Note:
 
 def _m21_pitch(step: str, alter: str | None, marks: str | None) -> str:
     octave = 3 + (marks or "").count("'") - (marks or "").count(",")
-    return pitch.Pitch(step.upper(), octave=octave, accidental=_ALTER[alter]).nameWithOctave
-
-
-def _length(base: str, dots: str) -> Fraction:
-    value = Fraction(1, int(base))
-    return value * (2 - Fraction(1, 2 ** len(dots)))  # whole notes
+    return pitch.Pitch(step.upper(), octave=octave, accidental=ALTER[alter or ""]).nameWithOctave
 
 
 def notes_of(text: str) -> tuple[list[Note], Fraction]:
@@ -80,7 +79,7 @@ def notes_of(text: str) -> tuple[list[Note], Fraction]:
     for i, tok in enumerate(toks):
         if grace:
             if tok in ("{", "}"):  # a group opens, or ends
-                grace = -1 if tok == "{" and toks[i - 1] in _GRACES else 0
+                grace = -1 if tok == "{" and toks[i - 1] in GRACES else 0
                 if grace or tok == "}":
                     continue
             elif _NOTE.fullmatch(tok) or _CHORD_END.fullmatch(tok):
@@ -91,24 +90,24 @@ def notes_of(text: str) -> tuple[list[Note], Fraction]:
                 continue
             else:
                 grace = 0  # a group broken off: read on as usual
-        if tok in _GRACES:
+        if tok in GRACES:
             grace, chord = 1, None
-        elif tok == "\\tuplet" and i + 1 < len(toks) and (m := _RATIO.fullmatch(toks[i + 1])):
+        elif tok == "\\tuplet" and i + 1 < len(toks) and (m := FRACTION.fullmatch(toks[i + 1])):
             scale = Fraction(int(m[2]), int(m[1]))
         elif tok == "}":
             scale = Fraction(1)
         elif chord is None and (m := _NOTE.fullmatch(tok)):
-            length = _length(m[4], m[5]) * scale
+            length = dur_value(m[4], m[5]) * scale
             notes.append(Note(_m21_pitch(m[1], m[2], m[3]), length * 4, onset))
             onset += length
-        elif m := _REST.fullmatch(tok):
-            onset += _length(m[1], m[2]) * scale
+        elif m := REST.fullmatch(tok):
+            onset += dur_value(m[1], m[2]) * scale
         elif m := _CHORD_OPEN.fullmatch(tok):
             chord = [_m21_pitch(m[1], m[2], m[3])]
         elif chord is not None and (m := _CHORD_MID.fullmatch(tok)):
             chord.append(_m21_pitch(m[1], m[2], m[3]))
         elif chord is not None and (m := _CHORD_END.fullmatch(tok)):
-            length = _length(m[4], m[5]) * scale
+            length = dur_value(m[4], m[5]) * scale
             chord.append(_m21_pitch(m[1], m[2], m[3]))
             notes += [Note(p, length * 4, onset) for p in chord]
             onset, chord = onset + length, None
