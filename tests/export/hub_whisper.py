@@ -23,15 +23,18 @@ SUPPRESS, BEGIN_SUPPRESS = [48, 101], [89, EOS]
 PROMPT = [START, LANGS["<|fr|>"], TASKS["transcribe"], NO_TIMESTAMPS]
 
 
-def build(folder: Path) -> Path:
-    """A 2-decoder-layer random Whisper (1 s window) saved in `folder`."""
-    from transformers import WhisperConfig, WhisperFeatureExtractor, WhisperForConditionalGeneration
+def tiny_config(
+    vocab_size: int, decoder_layers: int, start: int, bos: int, eos: int, pad: int
+) -> object:
+    """The smallest Whisper shape the export tests use: 32 wide, 2 heads, one encoder layer,
+    80 mel bins over a 1 s window (50 encoder positions), 32 decoder positions."""
+    from transformers import WhisperConfig
 
-    config = WhisperConfig(
-        vocab_size=120,
+    return WhisperConfig(
+        vocab_size=vocab_size,
         d_model=32,
         encoder_layers=1,
-        decoder_layers=2,
+        decoder_layers=decoder_layers,
         encoder_attention_heads=2,
         decoder_attention_heads=2,
         encoder_ffn_dim=64,
@@ -39,13 +42,21 @@ def build(folder: Path) -> Path:
         num_mel_bins=80,
         max_source_positions=50,
         max_target_positions=32,
-        decoder_start_token_id=START,
-        bos_token_id=EOS,
-        eos_token_id=EOS,
-        pad_token_id=PAD,  # its embedding row is zero: never the end token
+        decoder_start_token_id=start,
+        bos_token_id=bos,
+        eos_token_id=eos,
+        pad_token_id=pad,
         begin_suppress_tokens=None,
         suppress_tokens=None,
     )
+
+
+def build(folder: Path) -> Path:
+    """A 2-decoder-layer random Whisper (1 s window) saved in `folder`."""
+    from transformers import WhisperFeatureExtractor, WhisperForConditionalGeneration
+
+    # the pad's embedding row is zero: never the end token
+    config = tiny_config(120, 2, start=START, bos=EOS, eos=EOS, pad=PAD)
     torch.manual_seed(0)
     model = WhisperForConditionalGeneration(config)
     with torch.no_grad():  # strong cross-attention: outputs that depend on the input

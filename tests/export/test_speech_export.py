@@ -19,28 +19,11 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def tiny_whisper(tmp_path_factory) -> Path:
     """An untrained 2-layer Whisper on a 1 s window (50 encoder positions), saved as HF."""
-    from transformers import WhisperConfig, WhisperFeatureExtractor, WhisperForConditionalGeneration
+    from export.hub_whisper import tiny_config  # tests/ is on sys.path
+    from transformers import WhisperFeatureExtractor, WhisperForConditionalGeneration
 
     folder = tmp_path_factory.mktemp("whisper") / "model"
-    config = WhisperConfig(
-        vocab_size=96,
-        d_model=32,
-        encoder_layers=1,
-        decoder_layers=1,
-        encoder_attention_heads=2,
-        decoder_attention_heads=2,
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
-        num_mel_bins=80,
-        max_source_positions=50,
-        max_target_positions=32,
-        decoder_start_token_id=1,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=0,
-        begin_suppress_tokens=None,
-        suppress_tokens=None,
-    )
+    config = tiny_config(vocab_size=96, decoder_layers=1, start=1, bos=1, eos=2, pad=0)
     torch.manual_seed(0)
     WhisperForConditionalGeneration(config).save_pretrained(str(folder))
     WhisperFeatureExtractor(feature_size=80, chunk_length=1).save_pretrained(str(folder))
