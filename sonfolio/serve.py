@@ -35,7 +35,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 
 from sonfolio import tracks
 from sonfolio.infer.formats import read_lilypond, read_result, read_text, transcript_result
-from sonfolio.infer.inputs import BadInput, open_audio, open_image
+from sonfolio.infer.inputs import BadInput, display_name, open_audio, open_image
 from sonfolio.infer.run import check_fit, load_model, read_image, transcribe
 from sonfolio.speech.common.audio import SAMPLE_RATE
 from sonfolio.variants import Variant
@@ -302,7 +302,7 @@ def create_app(
         format: Literal["json", "text", "ly"] = "json",
     ) -> dict | PlainTextResponse:
         variant, lock = models.get("score")
-        name = file.filename or "upload"
+        name = display_name(file.filename or "upload")
         with decode_slot(slots, serve):  # the decoded pixels live only inside a slot
             image = open_image(file.file.read(), name, cfg.image)
             with lock:
@@ -319,7 +319,7 @@ def create_app(
         file: Annotated[UploadFile, File(description="WAV, FLAC, OGG or MP3 audio")],
     ) -> dict:
         variant, lock = models.get("speech")
-        name = file.filename or "upload"
+        name = display_name(file.filename or "upload")
         with decode_slot(slots, serve):  # the decoded samples live only inside a slot
             audio = open_audio(file.file.read(), name, cfg.audio_limits)
             with lock:

@@ -18,6 +18,7 @@ FFT's wrap-around at a block's edges falls in the discarded margins.
 
 from __future__ import annotations
 
+import io
 import math
 from typing import IO, TYPE_CHECKING
 
@@ -85,6 +86,37 @@ def check_header(info: soundfile.SoundFile, name: str, limits: AudioLimits) -> N
         )
 
 
+# bytes a sample of a WAV's subtype takes (the ones whose size is fixed)
+_WAV_SAMPLE_BYTES = {
+    "PCM_U8": 1, "PCM_S8": 1, "ULAW": 1, "ALAW": 1, "PCM_16": 2, "PCM_24": 3, "PCM_32": 4,
+    "FLOAT": 4, "DOUBLE": 8,
+}  # fmt: skip
+_WAV_SLACK = 64 * 1024  # bytes past the samples a WAV may carry (LIST, cue, bext chunks...)
+
+
+def check_wav_length(info: soundfile.SoundFile, size: int, name: str) -> None:
+    """Refuse a WAV whose file holds far more samples than its header's length (a recorder
+    that died before writing the header, a crafted file): libsndfile reads no further than the
+    header says, so the rest would be dropped unseen.
+
+    Raises:
+        AudioRefused: "corrupt", with both lengths.
+    """
+    width = _WAV_SAMPLE_BYTES.get(info.subtype)
+    if info.format != "WAV" or width is None:
+        return
+    claimed = info.frames * info.channels * width
+    if size - claimed <= _WAV_SLACK:
+        return
+    held = (size - 44) / (info.channels * width * info.samplerate)
+    raise AudioRefused(
+        "corrupt",
+        f"{name}: its header says {info.frames / info.samplerate:,.1f} s, but the file holds "
+        f"about {held:,.1f} s of samples: the header is wrong, and only its length would be "
+        "read; re-save the file (e.g. ffmpeg -i in.wav out.wav)",
+    )
+
+
 class BlockResampler:
     """Mono blocks of any length at `rate` in, 16 kHz float32 out, with the same result (to
     float32 precision) as resampling the whole clip at once, in memory of a few blocks."""
@@ -139,9 +171,12 @@ def decode_bounded(source: IO[bytes], name: str, limits: AudioLimits) -> np.ndar
         AudioRefused: unreadable, empty, or over a limit (the message names the limit, the
             value seen and the param to raise).
     """
+    size = source.seek(0, io.SEEK_END)
+    source.seek(0)
     try:
         with soundfile.SoundFile(source) as f:
             check_header(f, name, limits)
+            check_wav_length(f, size, name)
             rate, max_frames = f.samplerate, math.floor(limits.max_audio_s * f.samplerate)
             out = BlockResampler(rate, -(-min(f.frames, max_frames) * SAMPLE_RATE // rate))
             seen = 0
@@ -161,6 +196,12 @@ def decode_bounded(source: IO[bytes], name: str, limits: AudioLimits) -> np.ndar
                             "max_audio_s",
                             f"{limits.max_audio_s:g}",
                         ),
+                    )
+                if not np.isfinite(x).all():  # NaN or inf: float WAVs can hold them
+                    raise AudioRefused(
+                        "corrupt",
+                        f"{name} holds NaN or infinite samples (a float file with broken "
+                        "values): re-export it, or replace them with silence",
                     )
                 out.feed(x.mean(axis=1, dtype=np.float32))  # (frames, channels) -> mono
     except (soundfile.LibsndfileError, RuntimeError) as err:

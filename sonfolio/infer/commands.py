@@ -119,24 +119,30 @@ def _model(args_model: Path | None, track: str, params: Any, threads: int | None
 def _inputs(paths: list[Path], opener: Any, cfg: Any) -> list[tuple[str, Any]]:
     """Decode every input before a model loads, so a bad file fails at once.
     `opener(path, name, infer settings)`: the settings hold the inputs' limits."""
-    from sonfolio.infer.inputs import BadInput
+    from sonfolio.infer.inputs import BadInput, display_name
 
     out = []
     for path in paths:
+        name = display_name(str(path))  # as printed, logged and written: safe text
         try:
-            out.append((str(path), opener(path, str(path), cfg)))
+            out.append((name, opener(path, name, cfg)))
         except BadInput as err:
             raise CommandError(str(err)) from None
     return out
 
 
 def _write(text: str, output: Path | None) -> None:
+    """`text` to stdout or `output`, which is replaced only once the whole text is written
+    (written beside it, then renamed): a failed write never leaves a file that looks done."""
     if output is None:
         sys.stdout.write(text)
         return
+    tmp = output.with_name(f".{output.name}.tmp")
     try:
-        output.write_text(text, encoding="utf-8")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(output)
     except OSError as err:
+        tmp.unlink(missing_ok=True)
         raise CommandError(f"cannot write {output}: {err.strerror}") from None
     log.info("wrote %s", output)
 

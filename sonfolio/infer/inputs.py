@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
@@ -25,6 +26,18 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 AUDIO_FORMATS = "WAV, FLAC, OGG or MP3"
+
+
+def display_name(name: str) -> str:
+    """A file name as text that is safe to print, log and write as UTF-8: bytes that are not
+    UTF-8 (a Linux name is bytes, read into str with surrogate escapes) as \\xNN, and control
+    characters (a terminal's escape sequences, newlines) as \\xNN too, so a name can neither
+    break an output file's encoding nor drive the terminal it is logged to."""
+    try:
+        text = os.fsencode(name).decode("utf-8", errors="backslashreplace")
+    except UnicodeEncodeError:  # a lone surrogate that no file system name decodes to
+        text = name.encode("utf-8", errors="backslashreplace").decode("utf-8")
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
 
 
 def open_audio(source: bytes | Path, name: str, limits: AudioLimits) -> np.ndarray:
@@ -67,6 +80,7 @@ def open_audio(source: bytes | Path, name: str, limits: AudioLimits) -> np.ndarr
 
 # AudioRefused.reason -> BadInput.kind (the service's HTTP status: sonfolio/serve.py STATUS)
 _AUDIO_KIND = {
+    "corrupt": "corrupt",
     "too_long": "too_large",
     "sample_rate": "limit",
     "channels": "limit",
@@ -74,4 +88,12 @@ _AUDIO_KIND = {
 }
 
 
-__all__ = ["AUDIO_FORMATS", "IMAGE_FORMATS", "BadInput", "open_audio", "open_image", "to_gray"]
+__all__ = [
+    "AUDIO_FORMATS",
+    "IMAGE_FORMATS",
+    "BadInput",
+    "display_name",
+    "open_audio",
+    "open_image",
+    "to_gray",
+]

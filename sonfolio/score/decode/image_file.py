@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
+from PIL import ExifTags, Image, ImageOps, UnidentifiedImageError
 
 from sonfolio.limits import BadInput, check_image_size, read_input
 
@@ -21,6 +21,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 IMAGE_FORMATS = "PNG, JPEG, TIFF, BMP, GIF or WebP"
+# Pillow's decoders that may open a file (its JPEG one also opens a camera's multi-picture
+# JPEG); any other format Pillow knows (DDS, ICO, PCX, PPM, SGI, TGA, ...) is refused as not a
+# score image: fewer decoders, less attack surface, and the documented list is what is read.
+PILLOW_FORMATS = ("PNG", "JPEG", "TIFF", "BMP", "GIF", "WEBP")
 
 
 def open_image(source: bytes | Path, name: str, limits: ImageLimits) -> Image.Image:
@@ -44,10 +48,12 @@ def open_image(source: bytes | Path, name: str, limits: ImageLimits) -> Image.Im
             # Pillow's warning (~89 M pixels) gives way to infer.image.max_pixels, checked below
             # per call; its own error (~179 M, twice Image.MAX_IMAGE_PIXELS) still stops bigger.
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            img = Image.open(io.BytesIO(data))  # lazy: reads the header, decodes nothing yet
+            # lazy: reads the header, decodes nothing yet
+            img = Image.open(io.BytesIO(data), formats=PILLOW_FORMATS)
             check_image_size(img.size, name, limits)
             _one_frame(img, name)
             img.load()
+            img = _upright(img, name)
     except BadInput:  # a limit met: a ValueError, but not damaged data
         raise
     except UnidentifiedImageError:
@@ -62,6 +68,17 @@ def open_image(source: bytes | Path, name: str, limits: ImageLimits) -> Image.Im
     except (OSError, ValueError, SyntaxError, EOFError) as err:  # truncated or damaged data
         raise BadInput("corrupt", f"{name}: the image data is damaged ({err})") from None
     return to_gray(img, name)
+
+
+def _upright(img: Image.Image, name: str) -> Image.Image:
+    """The picture as it is shown: a phone stores a photo turned and says so in its EXIF
+    orientation (6: turned 90 degrees), which viewers apply; read raw, the staves would run
+    down the page."""
+    orientation = img.getexif().get(ExifTags.Base.Orientation, 1)
+    if orientation in (None, 1):
+        return img
+    log.info("%s: turned upright by its EXIF orientation (%s)", name, orientation)
+    return ImageOps.exif_transpose(img)
 
 
 def _one_frame(img: Image.Image, name: str) -> None:
