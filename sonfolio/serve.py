@@ -1,4 +1,5 @@
-"""The HTTP service: POST /read (a score image), POST /transcribe (audio), GET /health.
+"""The HTTP service: POST /read (a score image), POST /transcribe (audio), GET /health, and a
+page at `/` that uses them (sonfolio.web) with POST /engrave (one system's text as SVG).
 
 `sonfolio serve` runs it with uvicorn on 127.0.0.1 (params.yaml `serve`); docs/inference.md has
 the endpoints and curl examples. `create_app` takes each model as a loaded variant or as a
@@ -14,6 +15,8 @@ each holding its decoded pixels or samples (503 after `serve.busy_timeout_s` in 
 request's headers must arrive within `serve.header_timeout_s` of the connection (uvicorn has no
 such deadline: `HeaderDeadline` adds it) and its body within `serve.body_timeout_s` (408,
 `UploadLimit`); uvicorn's own options bound header size, idle keep-alive and connections.
+POST /engrave runs LilyPond only on text that passes the canonical grammar, shorter than
+`sonfolio.web.engrave.MAX_TEXT_CHARS`, inside a decode slot and with a timeout.
 """
 
 from __future__ import annotations
@@ -31,14 +34,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from fastapi import FastAPI, File, HTTPException, Request, UploadFile
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from pydantic import BaseModel, ConfigDict, Field
 
 from sonfolio import tracks
 from sonfolio.infer.formats import read_lilypond, read_result, read_text, transcript_result
 from sonfolio.infer.inputs import BadInput, display_name, open_audio, open_image
 from sonfolio.infer.run import check_fit, load_model, read_image, transcribe
+from sonfolio.score.common.lilypond import LilyPondNotFound, find_lilypond
 from sonfolio.speech.common.audio import SAMPLE_RATE
 from sonfolio.variants import Variant
+from sonfolio.web import engrave
+from sonfolio.web.page import SVG_CSP, add_page
 
 if TYPE_CHECKING:
     import uvicorn
@@ -252,10 +259,12 @@ def create_app(
     speech: Variant | Path | None,
     threads: int | None = None,
     device: str = "auto",
+    lilypond: Path | None = None,
 ) -> FastAPI:
     """The service. `score` / `speech`: a loaded variant, a folder to load at startup, or None
     (that endpoint then answers 503). `serve`: its upload size, body deadline and decode slots
-    (uvicorn's connection limits are `server_config`'s)."""
+    (uvicorn's connection limits are `server_config`'s). `lilypond`: the binary /engrave runs;
+    None: `find_lilypond`'s, looked up at the first engraving (none found: 503)."""
     models = Models({"score": score, "speech": speech}, threads, device)
     # Threads, not asyncio: the endpoints are sync and run in Starlette's thread pool.
     slots = threading.BoundedSemaphore(serve.max_concurrent_decodes)
@@ -329,4 +338,54 @@ def create_app(
             **transcript_result(name, audio.size / SAMPLE_RATE, chunks, text),
         }
 
+    add_engrave(app, serve, slots, lilypond)
+    add_page(app)  # last: its headers middleware wraps UploadLimit's answers too
     return app
+
+
+class EngraveRequest(BaseModel):
+    """POST /engrave's body: one system's text and the time signature in force before it (the
+    `time` of a system in POST /read's answer)."""
+
+    model_config = ConfigDict(extra="forbid")
+    text: str = Field(description="one staff system of canonical LilyPond")
+    time: str | None = Field(None, description="N/D, for a system that prints no time")
+
+
+def add_engrave(
+    app: FastAPI, serve: Serve, slots: threading.BoundedSemaphore, lilypond: Path | None
+) -> None:
+    """POST /engrave: one system's text as an SVG engraved by LilyPond; 413 for a text over
+    engrave.MAX_TEXT_CHARS, 422 for one outside the canonical grammar (LilyPond never sees
+    it) or that LilyPond cannot engrave, 503 without LilyPond or a free decode slot."""
+    found: list[Path] = [lilypond] if lilypond else []
+
+    def binary() -> Path:
+        if not found:
+            try:
+                found.append(find_lilypond())
+            except LilyPondNotFound as err:
+                raise HTTPException(503, str(err)) from None
+        return found[0]
+
+    @app.post("/engrave", response_class=Response)
+    def engrave_text(body: EngraveRequest) -> Response:
+        if len(body.text) > engrave.MAX_TEXT_CHARS:
+            raise HTTPException(
+                413,
+                f"the text has {len(body.text)} characters, over the limit of "
+                f"{engrave.MAX_TEXT_CHARS} (sonfolio.web.engrave.MAX_TEXT_CHARS): "
+                "send one staff system at a time",
+            )
+        why = engrave.refusal(body.text, body.time)
+        if why is not None:  # refused before a slot is taken: the check takes ~10 ms at most
+            raise HTTPException(422, f"not engraved, {why}")
+        exe = binary()
+        with decode_slot(slots, serve):  # LilyPond takes a slot as a decode does
+            try:
+                svg = engrave.engrave_svg(body.text, body.time, exe)
+            except engrave.NotEngravable as err:
+                raise HTTPException(422, str(err)) from None
+        return Response(
+            svg, media_type="image/svg+xml", headers={"Content-Security-Policy": SVG_CSP}
+        )

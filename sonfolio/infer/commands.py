@@ -264,8 +264,22 @@ def run_serve(args: argparse.Namespace) -> int:
         if args.max_upload_mb <= 0:
             raise CommandError(f"--max-upload-mb {args.max_upload_mb:g}: give a positive size")
         cfg = cfg.model_copy(update={"max_upload_mb": args.max_upload_mb})
-    app = create_app(params.infer, cfg, models["score"], models["speech"])
+    app = create_app(
+        params.infer, cfg, models["score"], models["speech"], lilypond=_lilypond(params)
+    )
     if host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("listening on %s: reachable from other machines, with no authentication", host)
     uvicorn.Server(server_config(app, cfg, host, port)).run()
     return 0
+
+
+def _lilypond(params: Any) -> Path | None:
+    """The LilyPond the page's engravings run: score_data.lilypond, the one the pipeline
+    renders with; None (POST /engrave answers 503 naming the fix) when it is not there."""
+    from sonfolio.score.common.lilypond import LilyPondNotFound, find_lilypond
+
+    try:
+        return find_lilypond(params.score_data.lilypond)
+    except LilyPondNotFound as err:
+        log.warning("no LilyPond: the page cannot engrave readings (%s)", err)
+        return None
