@@ -19,15 +19,17 @@ import logging
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sonfolio import tracks
 from sonfolio.config.data import DataParams
 from sonfolio.config.stage import load_sections
-from sonfolio.faces import DataFace
 from sonfolio.io import file_sha256, staged_dir, write_json, write_jsonl
 from sonfolio.logs import setup_logging
 from sonfolio.parallel import sigterm_raises
+
+if TYPE_CHECKING:
+    from sonfolio.faces import DataFace  # annotations only: no stage dep
 
 log = logging.getLogger(__name__)
 

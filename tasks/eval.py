@@ -25,7 +25,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.progress import Progress
 
@@ -33,9 +33,11 @@ from sonfolio import parallel, tracks, variant_eval, variants
 from sonfolio.config.eval import EvalParams, ScoreEval, SpeechEval
 from sonfolio.config.stage import load_sections
 from sonfolio.evaluation import Decoded
-from sonfolio.faces import EvalFace
 from sonfolio.io import read_jsonl, staged_dir, write_json
 from sonfolio.logs import setup_logging
+
+if TYPE_CHECKING:
+    from sonfolio.faces import EvalFace  # annotations only: no stage dep
 
 log = logging.getLogger(__name__)
 

@@ -20,15 +20,17 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sonfolio import qat, tracks
 from sonfolio.config.qat import QatParams, QatTrain
 from sonfolio.config.stage import load_sections
 from sonfolio.config.train import EngineOptions
-from sonfolio.faces import QatFace
 from sonfolio.logs import setup_logging
 from sonfolio.train.setup import Training
+
+if TYPE_CHECKING:
+    from sonfolio.faces import QatFace  # annotations only: no stage dep
 
 
 def run(

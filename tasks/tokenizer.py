@@ -19,15 +19,17 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sonfolio import tracks
 from sonfolio.config.stage import load_sections
 from sonfolio.config.tokenizer import TokenizerParams
-from sonfolio.faces import TokenizerFace
 from sonfolio.io import read_jsonl, staged_dir, write_json
 from sonfolio.logs import setup_logging
 from sonfolio.tokenizer import length_stats, round_trip_failures
+
+if TYPE_CHECKING:
+    from sonfolio.faces import TokenizerFace  # annotations only: no stage dep
 
 log = logging.getLogger(__name__)
 

@@ -168,6 +168,7 @@ def test_stage_lists_every_module_it_imports(stage):
     runs_for = (track,) if track else tuple(PARAMS["paths"]["tracks"])
     needed = {p.relative_to(ROOT).as_posix() for p in project_imports(match.group(1), runs_for)}
     deps = set(spec["deps"])
+    assert len(deps) == len(spec["deps"]), f"{stage} lists a dep twice"
     missing = {p for p in needed if not covered(p, deps)}
     assert missing == set(), f"{stage} imports modules missing from its deps"
     code = [d for d in deps if d.split("/")[0] in PROJECT_PACKAGES]  # not the outputs it reads

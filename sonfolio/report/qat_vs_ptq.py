@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from sonfolio.faces import ReportFace
+from typing import TYPE_CHECKING
+
 from sonfolio.report.items import Section, Table, fmt
 from sonfolio.report.sources import Sources, missing, read_json
+
+if TYPE_CHECKING:
+    from sonfolio.faces import ReportFace  # annotations only: no stage dep
 
 
 def qat_section(track: ReportFace, src: Sources) -> Section:

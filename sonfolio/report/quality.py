@@ -6,7 +6,6 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sonfolio.faces import ReportFace
 from sonfolio.report.items import Figure, Section, Table, fmt
 from sonfolio.report.plots import bar_chart
 from sonfolio.report.samples import VIEWS, SampleSplit
@@ -14,6 +13,7 @@ from sonfolio.report.sources import Sources, missing, read_json
 
 if TYPE_CHECKING:
     from sonfolio.config.report import Report
+    from sonfolio.faces import ReportFace
 
 log = logging.getLogger(__name__)
 

@@ -9,13 +9,13 @@ import csv
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sonfolio.faces import ReportFace
 from sonfolio.report.items import Figure, Section, Table, fmt
 from sonfolio.report.plots import bar_chart
 from sonfolio.report.sources import Sources, missing, read_json
 
 if TYPE_CHECKING:
     from sonfolio.config.report import Report
+    from sonfolio.faces import ReportFace
 
 LATENCY_COLUMNS = (
     "variant",

@@ -6,12 +6,12 @@ import csv
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sonfolio.faces import ReportFace
 from sonfolio.report.items import Figure, Section, Table, fmt
 from sonfolio.report.sources import Sources, missing, read_json
 
 if TYPE_CHECKING:
     from sonfolio.config.report import Report
+    from sonfolio.faces import ReportFace
 
 
 def error_rates(train: dict[str, Any]) -> Table:
