@@ -71,6 +71,17 @@ def peak_rss_mb(code: str) -> tuple[float, str]:
     return int(out[-1]) / 1024, "\n".join(out[:-1])
 
 
+def decode_peak(path: Path) -> tuple[float, str]:
+    """open_audio on `path` in a fresh interpreter: (its peak memory in MB, the samples read)."""
+    return peak_rss_mb(
+        "from pathlib import Path\n"
+        "from sonfolio.config.params import load_params\n"
+        "from sonfolio.infer.inputs import open_audio\n"
+        "limits = load_params(Path('params.yaml')).infer.audio_limits\n"
+        f"print(open_audio(Path({str(path)!r}), {path.name!r}, limits).size)"
+    )
+
+
 def test_a_header_claiming_an_hour_at_192khz_is_refused_before_decoding(params: Params):
     # 1 s of audio whose header says 3,600 s: the old decoder allocated for the header's
     # length (an hour at 192 kHz: 2.7 GB as float32, then an FFT in float64) and was killed.
@@ -150,13 +161,7 @@ def test_the_largest_admitted_rate_decodes_in_bounded_memory(tmp_path: Path):
     with soundfile.SoundFile(path, "w", 192_000, 1, format="WAV", subtype="PCM_16") as f:
         for _ in range(12):
             f.write((3000 * rng.standard_normal(1_920_000)).astype(np.int16))
-    peak, out = peak_rss_mb(
-        "from pathlib import Path\n"
-        "from sonfolio.config.params import load_params\n"
-        "from sonfolio.infer.inputs import open_audio\n"
-        "limits = load_params(Path('params.yaml')).infer.audio_limits\n"
-        f"print(open_audio(Path({str(path)!r}), 'noise.wav', limits).size)"
-    )
+    peak, out = decode_peak(path)
     assert out == str(120 * SAMPLE_RATE)
     assert peak < 300, f"{peak:.0f} MB to decode 120 s at 192 kHz"
 
