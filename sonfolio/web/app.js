@@ -74,6 +74,32 @@ function describeFile(file) {
 }
 
 // A drop zone: files dropped on it become its input's choice, as if chosen in the dialog.
+// One request of the page: its button is off and its status says what is under way until the
+// request ends; `work` returns what the status says then, and an error is shown with `retry`,
+// what the user can do next.
+async function whileBusy(button, status, doing, work, retry) {
+  button.disabled = true;
+  setStatus(status, "busy", doing);
+  try {
+    setStatus(status, "done", await work());
+  } catch (err) {
+    setStatus(status, "error", `${err.message}. ${retry}`);
+  } finally {
+    button.disabled = false;
+  }
+}
+
+// The file chosen in a tab's input (`${tab}-file`), kept in `holder.file` and named under the
+// input; undefined when the choice was cancelled.
+function choose(tab, holder) {
+  const file = $(`${tab}-file`).files[0];
+  if (!file) return undefined;
+  holder.file = file;
+  $(`${tab}-chosen`).textContent = describeFile(file);
+  setStatus($(`${tab}-status`), "idle", "");
+  return file;
+}
+
 function dropZone(zone, input) {
   zone.addEventListener("dragover", (event) => {
     event.preventDefault();
@@ -247,9 +273,7 @@ async function readScore(event) {
   }
   const page = new FormData($("score-form")).get("page");
   const read = { file: score.file, image: score.image, page };
-  $("score-go").disabled = true;
-  setStatus(status, "busy", `reading ${read.file.name}…`);
-  try {
+  await whileBusy($("score-go"), status, `reading ${read.file.name}…`, async () => {
     const response = await call(readUrl("json", read.page), {
       method: "POST",
       body: upload(read.file),
@@ -258,12 +282,8 @@ async function readScore(event) {
     score.read = read;
     setStatus(status, "busy", "engraving…");
     await showReading(result, await read.image);
-    setStatus(status, "done", `read ${read.file.name}`);
-  } catch (err) {
-    setStatus(status, "error", `${err.message}. Your file is still chosen: read it again.`);
-  } finally {
-    $("score-go").disabled = false;
-  }
+    return `read ${read.file.name}`;
+  }, "Your file is still chosen: read it again.");
 }
 
 // The service's own .ly for the image (POST /read?format=ly), saved under the image's name.
@@ -271,30 +291,20 @@ async function downloadLy() {
   const status = $("score-status");
   const link = $("score-ly-link");
   const { file, page } = score.read;
-  $("score-ly").disabled = true;
-  setStatus(status, "busy", "writing the .ly…");
-  try {
+  await whileBusy($("score-ly"), status, "writing the .ly…", async () => {
     const response = await call(readUrl("ly", page), { method: "POST", body: upload(file) });
     link.href = replaceUrl(score.urls, "ly", await response.blob());
     link.download = `${file.name.replace(/\.[^.]*$/, "") || "score"}.ly`;
     link.textContent = `save ${link.download} again`;
     link.hidden = false;
     link.click();
-    setStatus(status, "done", `wrote ${link.download}`);
-  } catch (err) {
-    setStatus(status, "error", `${err.message}. Try again.`);
-  } finally {
-    $("score-ly").disabled = false;
-  }
+    return `wrote ${link.download}`;
+  }, "Try again.");
 }
 
 function chooseScore() {
-  const file = $("score-file").files[0];
-  if (!file) return;
-  score.file = file;
-  score.image = loadImage(file);
-  $("score-chosen").textContent = describeFile(file);
-  setStatus($("score-status"), "idle", "");
+  const file = choose("score", score);
+  if (file) score.image = loadImage(file);
 }
 
 // ---------------------------------------------------------------- speech
@@ -346,28 +356,20 @@ async function transcribeSpeech(event) {
     setStatus(status, "error", "Choose an audio file first.");
     return;
   }
-  $("speech-go").disabled = true;
-  setStatus(status, "busy", `transcribing ${speech.file.name}…`);
-  try {
-    const response = await call("/transcribe", { method: "POST", body: upload(speech.file) });
+  const { file } = speech;
+  await whileBusy($("speech-go"), status, `transcribing ${file.name}…`, async () => {
+    const response = await call("/transcribe", { method: "POST", body: upload(file) });
     showTranscript(await response.json());
-    setStatus(status, "done", `transcribed ${speech.file.name}`);
-  } catch (err) {
-    setStatus(status, "error", `${err.message}. Your file is still chosen: try again.`);
-  } finally {
-    $("speech-go").disabled = false;
-  }
+    return `transcribed ${file.name}`;
+  }, "Your file is still chosen: try again.");
 }
 
 function chooseSpeech() {
-  const file = $("speech-file").files[0];
+  const file = choose("speech", speech);
   if (!file) return;
-  speech.file = file;
   const audio = $("speech-audio");
   audio.src = replaceUrl(speech.urls, "audio", file);
   audio.hidden = false;
-  $("speech-chosen").textContent = describeFile(file);
-  setStatus($("speech-status"), "idle", "");
 }
 
 // ---------------------------------------------------------------- the page

@@ -52,19 +52,19 @@ class Caps:
 
 def source_caps(limits: ScoreLimits) -> Caps:
     """The caps of an archive source (a .zip / .tar.* of music files)."""
-    return Caps(
-        int(limits.archive_max_mb * MB),
-        "score_data.limits.archive_max_mb",
-        limits.archive_max_members,
-        limits.archive_max_ratio,
-    )
+    return _caps(limits, "archive_max_mb")
 
 
 def mxl_caps(limits: ScoreLimits) -> Caps:
     """The caps of an .mxl: it unpacks to one piece, so a music file's size cap bounds it."""
+    return _caps(limits, "max_file_mb")
+
+
+def _caps(limits: ScoreLimits, size_key: str) -> Caps:
+    """Caps whose size is the param `size_key` of score_data.limits (in MB)."""
     return Caps(
-        int(limits.max_file_mb * MB),
-        "score_data.limits.max_file_mb",
+        int(getattr(limits, size_key) * MB),
+        f"score_data.limits.{size_key}",
         limits.archive_max_members,
         limits.archive_max_ratio,
     )

@@ -84,6 +84,17 @@ class CtcSearch:
     rescue: int | None = None
 
 
+@dataclass(frozen=True)
+class _Rules:
+    """How one row is searched besides its frames and the vocabulary (small: a search pool's
+    job pickles it; the vocabulary waits in the worker)."""
+
+    blank: int
+    time: str | None  # the time in force before the row
+    limit: int | None  # the most tokens a reading may have
+    search: CtcSearch
+
+
 def ctc_decode(
     logits: np.ndarray,
     vocab: Vocab,
@@ -116,7 +127,7 @@ def ctc_decode(
             stats["greedy_valid"] += 1
         else:
             stats["searched"] += 1
-            ids = _search(logp[b], ids, vocab, blank, time, limit, search, stats)
+            ids = _search(logp[b], ids, vocab, _Rules(blank, time, limit, search), stats)
         rows.append(ids)
         time = next_time(vocab.text(ids), time)
     return rows
@@ -149,15 +160,15 @@ def _decode_rows(
             stats["greedy_valid"] += 1
         else:
             stats["searched"] += 1
-            jobs.append((b, (logp[b], ids, blank, time, limit, search)))
+            jobs.append((b, (logp[b], ids, _Rules(blank, time, limit, search))))
         rows.append(ids)
     if workers > 1 and len(jobs) > 1:
         found = _search_pool(vocab, workers).starmap(_search_job, [args for _, args in jobs])
     else:
         found = []
-        for _, (row, greedy, *rest) in jobs:
+        for _, (row, greedy, rules) in jobs:
             counts: Counter = Counter()
-            found.append((_search(row, greedy, vocab, *rest, counts), counts))
+            found.append((_search(row, greedy, vocab, rules, counts), counts))
     for (b, _), (ids, counts) in zip(jobs, found, strict=True):
         rows[b] = ids
         stats.update(counts)
@@ -201,29 +212,15 @@ def _search_worker(vocab: Vocab) -> None:
     _WORKER_VOCAB = vocab
 
 
-def _search_job(
-    logp: np.ndarray,
-    greedy: list[int],
-    blank: int,
-    time: str | None,
-    limit: int | None,
-    search: CtcSearch,
-) -> tuple[list[int], Counter]:
+def _search_job(logp: np.ndarray, greedy: list[int], rules: _Rules) -> tuple[list[int], Counter]:
     if _WORKER_VOCAB is None:
         raise RuntimeError("a search job ran outside a search pool's worker")
     stats: Counter = Counter()
-    return _search(logp, greedy, _WORKER_VOCAB, blank, time, limit, search, stats), stats
+    return _search(logp, greedy, _WORKER_VOCAB, rules, stats), stats
 
 
 def _search(
-    logp: np.ndarray,
-    greedy: list[int],
-    vocab: Vocab,
-    blank: int,
-    time: str | None,
-    limit: int | None,
-    search: CtcSearch,
-    stats: Counter,
+    logp: np.ndarray, greedy: list[int], vocab: Vocab, rules: _Rules, stats: Counter
 ) -> list[int]:
     """The likelier (under the CTC head) of two valid readings of a row whose greedy reading
     does not validate: the constrained beam search's, and the greedy reading repaired
@@ -231,8 +228,9 @@ def _search(
     the grammar refuses the `|` the model writes, and no later frame offers another `|`, so
     the best prefix it keeps ends there (a third of the test systems lost 40 % of their
     symbols so)."""
-    found = _beam(logp, vocab, blank, time, limit, search, stats)
-    fixed = repair(vocab.text(greedy), time)
+    blank, limit = rules.blank, rules.limit
+    found = _beam(logp, vocab, rules, stats)
+    fixed = repair(vocab.text(greedy), rules.time)
     if fixed is None:
         return found
     fixed_ids = vocab.ids(fixed)
@@ -263,17 +261,10 @@ def ctc_logp(logp: np.ndarray, ids: Sequence[int], blank: int) -> float:
     return -float(loss)
 
 
-def _beam(
-    logp: np.ndarray,
-    vocab: Vocab,
-    blank: int,
-    time: str | None,
-    limit: int | None,
-    search: CtcSearch,
-    stats: Counter,
-) -> list[int]:
+def _beam(logp: np.ndarray, vocab: Vocab, rules: _Rules, stats: Counter) -> list[int]:
     """The constrained prefix beam search over one row's (T, V) log-probabilities."""
-    root = _Node(None, -1, State.start(time), 0)
+    blank, limit, search = rules.blank, rules.limit, rules.search
+    root = _Node(None, -1, State.start(rules.time), 0)
     beam: dict[_Node, tuple[float, float]] = {root: (0.0, _NEG)}  # node -> (blank, non-blank)
     k = min(search.rescue or logp.shape[1], logp.shape[1])
     for frame in logp:
@@ -313,19 +304,18 @@ def _beam(
         beam = {n: (v[0], v[1]) for n, v in ranked[: search.beam]}
     ids = _final(beam, stats)
     if not ids:  # nothing complete in the beam: follow the frames one by one instead
-        ids = _frame_greedy(logp, vocab, blank, root, limit, search)
+        ids = _frame_greedy(logp, vocab, rules, root)
         stats["frame_greedy" if ids else "empty"] += 1
     return ids
 
 
-def _frame_greedy(
-    logp: np.ndarray, vocab: Vocab, blank: int, root: _Node, limit: int | None, search: CtcSearch
-) -> list[int]:
+def _frame_greedy(logp: np.ndarray, vocab: Vocab, rules: _Rules, root: _Node) -> list[int]:
     """The last resort when the beam holds nothing complete (its prefixes all stuck on tokens
     the grammar refuses): every frame that emits a new token gives the best token the grammar
     allows there, so the prefix never stalls; cut back to its last complete point."""
+    blank, limit = rules.blank, rules.limit
     node, prev = root, blank
-    k = min(search.rescue or logp.shape[1], logp.shape[1])
+    k = min(rules.search.rescue or logp.shape[1], logp.shape[1])
     for frame in logp:
         best = int(frame.argmax())
         if best in (blank, prev):
