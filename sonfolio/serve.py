@@ -40,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sonfolio import tracks
 from sonfolio.infer.formats import read_lilypond, read_result, read_text, transcript_result
 from sonfolio.infer.inputs import BadInput, display_name, open_audio, open_image
+from sonfolio.infer.musicxml import reading_musicxml
 from sonfolio.infer.run import check_fit, load_model, read_image, transcribe
 from sonfolio.score.common.lilypond import LilyPondNotFound, find_lilypond
 from sonfolio.speech.common.audio import SAMPLE_RATE
@@ -308,8 +309,8 @@ def create_app(
     def read(
         file: Annotated[UploadFile, File(description="an image of one staff system or a page")],
         page: bool | None = None,
-        format: Literal["json", "text", "ly"] = "json",
-    ) -> dict | PlainTextResponse:
+        format: Literal["json", "text", "ly", "musicxml"] = "json",
+    ) -> dict | Response:
         variant, lock = models.get("score")
         name = display_name(file.filename or "upload")
         with decode_slot(slots, serve):  # the decoded pixels live only inside a slot
@@ -319,6 +320,9 @@ def create_app(
             del image
         if format == "ly":
             return PlainTextResponse(read_lilypond([(name, reading)]), media_type="text/x-lilypond")
+        if format == "musicxml":  # a system left out is marked in the score where it stood
+            xml, _left_out = reading_musicxml([(name, reading)])
+            return Response(xml, media_type="application/vnd.recordare.musicxml+xml")
         if format == "text":
             return PlainTextResponse(read_text([(name, reading)]))
         return {"model": variant.name, **read_result(name, reading)}

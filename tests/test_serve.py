@@ -96,6 +96,9 @@ def test_read_a_page_finds_three_systems_and_gives_lilypond(server, files):
     ly = upload(server, "/read", "page.png", files["page"], "image/png", format="ly")
     assert ly.headers["content-type"].startswith("text/x-lilypond")
     assert ly.text.count("% ") >= 3 and "\\version" in ly.text
+    xml = upload(server, "/read", "page.png", files["page"], "image/png", format="musicxml")
+    assert xml.headers["content-type"].startswith("application/vnd.recordare.musicxml+xml")
+    assert b"<score-partwise" in xml.content
 
 
 def test_transcribe_a_good_audio_file(server, files):

@@ -46,7 +46,7 @@ def add_commands(sub: Any) -> None:
         default=None,
         help="split into systems first (default: when more than one staff is found)",
     )
-    read.add_argument("--format", choices=("text", "ly", "json"), default="text")
+    read.add_argument("--format", choices=("text", "ly", "json", "musicxml"), default="text")
     read.add_argument("-o", "--output", type=Path, help="write here instead of stdout")
     _common(read)
     read.set_defaults(handler=run_read)
@@ -195,16 +195,27 @@ def run_read(args: argparse.Namespace) -> int:
         engraved.append(formats.valid_systems(results))
         return formats.read_lilypond(results)
 
+    def musicxml(_model: str, results: list[Any]) -> str:
+        from sonfolio.infer.musicxml import reading_musicxml
+
+        engraved.append(formats.valid_systems(results))
+        xml, left_out = reading_musicxml(results)
+        for line in left_out:  # marked in the score too, where the system would stand
+            log.warning("left out of the MusicXML, not canonical LilyPond: %s", line)
+        return xml.decode("utf-8")
+
     render = {
         "json": formats.read_json,
         "ly": lilypond,
+        "musicxml": musicxml,
         "text": lambda _model, results: formats.read_text(results),
     }[args.format]
     code = _each_input(args, "score", args.images, opener, one, render)
-    if engraved == [0]:  # a .ly that LilyPond would "compile" into an empty page: say so
+    if engraved == [0]:  # a score file that would open as an empty page: say so
         log.error(
-            "no system read is valid canonical LilyPond: the .ly engraves nothing (the texts "
-            "are kept in it as comments; --format json has each system's reason)"
+            "no system read is valid canonical LilyPond: the %s file holds no music (--format "
+            "json has each system's text and reason)",
+            args.format,
         )
         return 1
     return code

@@ -1,4 +1,4 @@
-"""What `read` and `transcribe` print: text, LilyPond or JSON (docs/inference.md)."""
+"""What `read` and `transcribe` print: text, LilyPond, MusicXML or JSON (docs/inference.md)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from sonfolio.infer.run import ChunkText, Reading
 from sonfolio.score.common.lilypond import document
 from sonfolio.score.eval.compile_check import lilypond_text
 
-READ_FORMATS = ("text", "ly", "json")
+READ_FORMATS = ("text", "ly", "json", "musicxml")
 TRANSCRIBE_FORMATS = ("text", "json")
 
 
