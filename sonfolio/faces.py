@@ -32,6 +32,9 @@ STEPS: tuple[Step, ...] = (
     "infer",
 )
 
+# What a track's data build returns: the manifest's rows (one per file) and the data's stats.
+BuiltData = tuple[list[dict[str, Any]], dict[str, Any]]
+
 
 class DataFace(Protocol):
     """data@<track>: the dataset, its files and manifest rows."""
@@ -40,9 +43,7 @@ class DataFace(Protocol):
     data_file: str  # the manifest column naming each row's file (the step hashes it)
     data_items: str  # what a row is (systems, utterances), for the metrics' `<items>_per_s`
 
-    def build_data(
-        self, cfg: Any, download_cache: Path, out: Path
-    ) -> tuple[list[dict[str, Any]], dict[str, Any]]: ...
+    def build_data(self, cfg: Any, download_cache: Path, out: Path) -> BuiltData: ...
 
 
 class TokenizerFace(Protocol):

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from sonfolio.config.data import ScoreData
+    from sonfolio.faces import BuiltData
 
 
 class ScoreDataFace:
@@ -14,9 +15,7 @@ class ScoreDataFace:
     data_file = "image"  # the manifest column naming each row's file (the step hashes it)
     data_items = "systems"  # what a manifest row is, in the metrics' `systems_per_s`
 
-    def build_data(
-        self, cfg: ScoreData, download_cache: Path, out: Path
-    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    def build_data(self, cfg: ScoreData, download_cache: Path, out: Path) -> BuiltData:
         """The score dataset rendered into `out`: its manifest rows and its stats.
 
         Real and synthetic music, one image per staff system; rows (image, text, piece,

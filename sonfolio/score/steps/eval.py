@@ -1,5 +1,4 @@
-"""eval@score: every variant's systems scored, and whole pages read end to end
-(sonfolio.faces.EvalFace)."""
+"""eval@score: every variant's systems scored, and whole pages read (sonfolio.faces.EvalFace)."""
 
 from __future__ import annotations
 

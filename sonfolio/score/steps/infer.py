@@ -1,5 +1,4 @@
-"""Reading with an exported score model (sonfolio.faces.InferFace): the runtime
-(sonfolio.variants), the CLI and the service ask it."""
+"""Reading with an exported score model, under the canonical grammar (sonfolio.faces.InferFace)."""
 
 from __future__ import annotations
 

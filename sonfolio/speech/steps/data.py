@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from sonfolio.config.data import SpeechData
+    from sonfolio.faces import BuiltData
 
 
 class SpeechDataFace:
@@ -14,9 +15,7 @@ class SpeechDataFace:
     data_file = "audio"  # the manifest column naming each row's file (the step hashes it)
     data_items = "utterances"  # what a manifest row is, in the metrics' `utterances_per_s`
 
-    def build_data(
-        self, cfg: SpeechData, download_cache: Path, out: Path
-    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    def build_data(self, cfg: SpeechData, download_cache: Path, out: Path) -> BuiltData:
         """The speech dataset written into `out`: its manifest rows and its stats.
 
         French clips (16 kHz mono WAV) spoken by espeak-ng or read from a corpus; rows (audio,

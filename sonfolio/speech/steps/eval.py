@@ -1,5 +1,4 @@
-"""eval@speech: every variant's transcripts scored, beside the untouched base
-(sonfolio.faces.EvalFace)."""
+"""eval@speech: every variant's transcripts scored, beside the base (sonfolio.faces.EvalFace)."""
 
 from __future__ import annotations
 

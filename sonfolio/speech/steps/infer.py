@@ -1,5 +1,4 @@
-"""Transcribing with an exported Whisper (sonfolio.faces.InferFace): the runtime
-(sonfolio.variants), the CLI and the service ask it."""
+"""Transcribing with an exported Whisper, greedily (sonfolio.faces.InferFace)."""
 
 from __future__ import annotations
 
