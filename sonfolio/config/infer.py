@@ -14,6 +14,9 @@ class PageSplit(Strict):
 
     staff_line_fraction: Annotated[float, Field(gt=0.0, le=1.0)]  # of the ink's width
     min_staff_lines: Annotated[int, Field(ge=1, le=16)]  # lines in a group to count as a staff
+    # a staff shorter than the page's long ones (a last system left at its natural width)
+    # counts when its lines are this many staff spaces long
+    short_staff_spaces: Annotated[float, Field(gt=0.0, le=1000.0)]
     max_skew_deg: Annotated[float, Field(ge=0.0, le=10.0)]  # tilt straightened before cutting
 
 

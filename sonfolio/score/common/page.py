@@ -104,15 +104,17 @@ def _runs(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return rows, starts, ends
 
 
-def staff_lines(mask: np.ndarray, fraction: float) -> list[tuple[int, int]]:
+def staff_lines(
+    mask: np.ndarray, fraction: float, at_least: float | None = None
+) -> list[tuple[int, int]]:
     """Rows (first, last) of each horizontal line: a run of rows whose longest ink run is at
     least `fraction` of the longest one on the page (a staff line runs through the notes on it,
     so it is the longest run there is; text and ledger lines are far shorter, a long beam or
-    slur may pass and is told apart by the spacing, `group_staves`)."""
+    slur may pass and is told apart by the spacing, `group_staves`), or `at_least` px."""
     runs = longest_runs(mask)
     if runs.max(initial=0) == 0:
         return []
-    rows = np.flatnonzero(runs >= fraction * runs.max())
+    rows = np.flatnonzero(runs >= (fraction * runs.max() if at_least is None else at_least))
     breaks = np.flatnonzero(np.diff(rows) > 1)
     firsts = np.concatenate([rows[:1], rows[breaks + 1]])
     lasts = np.concatenate([rows[breaks], rows[-1:]])
@@ -165,6 +167,28 @@ def find_staff_spans(lines: list[tuple[int, int]], min_lines: int) -> list[Staff
         staves.append(Staff(first[0], last[1], (_centre(last) - _centre(first)) / (len(best) - 1)))
         i = best[-1] + 1
     return staves
+
+
+def page_staves(mask: np.ndarray, cfg: PageSplit) -> list[Staff]:
+    """The staves of a page's ink, top to bottom, short ones included.
+
+    First the staves whose lines run at least `cfg.staff_line_fraction` of the page's longest
+    ink run (the full-width ones). A staff left short is found in a second pass: lines at least
+    `cfg.short_staff_spaces` staff spaces long (the spacing the first staves have), kept where
+    they make a staff of that spacing that none of the first overlaps. An engraver that leaves
+    its last system at its natural width (Verovio does; LilyPond stretches it) draws lines a
+    fifth of the page's width, and an indented or coda staff is short too.
+    """
+    staves = find_staff_spans(staff_lines(mask, cfg.staff_line_fraction), cfg.min_staff_lines)
+    if not staves:
+        return staves
+    space = float(np.median([s.space for s in staves]))
+    short = staff_lines(mask, 0.0, at_least=cfg.short_staff_spaces * space)
+    for extra in find_staff_spans(short, cfg.min_staff_lines):
+        alike = abs(extra.space - space) <= LINE_SPACING_TOLERANCE * space
+        if alike and not any(s.top <= extra.bottom and extra.top <= s.bottom for s in staves):
+            staves.append(extra)
+    return sorted(staves, key=lambda s: s.top)
 
 
 def group_staves(lines: list[tuple[int, int]], min_lines: int) -> list[tuple[int, int]]:
@@ -224,8 +248,7 @@ def deskew(image: Image.Image, max_deg: float, limits: ImageLimits) -> tuple[Ima
 
 def find_staves(gray: np.ndarray, cfg: PageSplit) -> list[tuple[int, int]]:
     """(H, W) uint8 grey -> each staff's (top row, bottom row), top to bottom."""
-    mask = ink_mask(gray)
-    return group_staves(staff_lines(mask, cfg.staff_line_fraction), cfg.min_staff_lines)
+    return [(s.top, s.bottom) for s in page_staves(ink_mask(gray), cfg)]
 
 
 def _shift_or(mask: np.ndarray, by: int, axis: int) -> np.ndarray:
@@ -433,7 +456,7 @@ def split_page(gray: np.ndarray, cfg: PageSplit) -> list[Box]:
     if not mask.any():
         return []
     h, w = mask.shape
-    staves = find_staff_spans(staff_lines(mask, cfg.staff_line_fraction), cfg.min_staff_lines)
+    staves = page_staves(mask, cfg)
     if not staves:
         log.warning("no staff found on the page: it is read as one system around all its ink")
         ys, xs = np.nonzero(mask)
