@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 SAMPLE_RATE = 16_000  # Hz: Whisper's only input rate (the speech data stage writes clips at it)
 LOOP_WORDS_PER_S = 5.0  # more words than this per second of audio: a looping decode
 WHISPER_NAMES = ("<|startoftranscript|>", "<|notimestamps|>")  # what marks Whisper's tokenizer
+# how both engines load a CTranslate2 folder, so their rows compare: int8 weights, on the CPU
+CT2_LOAD = {"device": "cpu", "compute_type": "int8"}
 
 
 def whisper_tokenizer(model_dir: Path) -> bool:
@@ -150,11 +152,7 @@ class Ct2Runtime:
 
         self.ct2 = ctranslate2
         self.model = ctranslate2.models.Whisper(
-            spec.case.folder,
-            device="cpu",
-            compute_type="int8",
-            intra_threads=spec.threads,
-            inter_threads=1,
+            spec.case.folder, intra_threads=spec.threads, inter_threads=1, **CT2_LOAD
         )
         self.prompt = spec.prompt
         self.eos = spec.eos_id
@@ -190,11 +188,7 @@ class FasterWhisperRuntime:
         from faster_whisper import WhisperModel
 
         self.model = WhisperModel(
-            spec.case.folder,
-            device="cpu",
-            compute_type="int8",
-            cpu_threads=spec.threads,
-            num_workers=1,
+            spec.case.folder, cpu_threads=spec.threads, num_workers=1, **CT2_LOAD
         )
         self.eos = spec.eos_id
         self.frames = self.model.feature_extractor.nb_max_frames  # its window: 3000 at 30 s

@@ -59,15 +59,21 @@ def test_title_cannot_reach_lilypond_as_code():
     assert header == '\\header { title = "A b c (d) e" composer = "J.S. (system)" }'
 
 
+def read_canonical(text: str) -> tuple[list[tuple[str, Fraction]], list[Fraction], Fraction]:
+    """notes_of on a text the grammar accepts: each note's (pitch, length in quarter notes), the
+    notes' onsets and the text's end (in whole notes)."""
+    validate(text)
+    notes, end = notes_of(text)
+    return [(n.pitch, n.length) for n in notes], [n.onset for n in notes], end
+
+
 def test_notes_of_reads_chords_tuplets_rests_and_pickups():
-    text = (
+    notes, onsets, end = read_canonical(
         "\\clef treble \\key d \\major \\time 2/4 \\partial 8 a'8 | <d' fis'>4 r8 "
         "\\tuplet 3/2 { b'16 cis''16 d''16 } | bes,4.. eeses'''16"
     )
-    validate(text)
-    notes, end = notes_of(text)
     third = Fraction(1, 6)  # a 16th in a triplet, in quarter notes
-    assert [(n.pitch, n.length) for n in notes] == [
+    assert notes == [
         ("A4", Fraction(1, 2)),
         ("D4", 1),
         ("F#4", 1),
@@ -77,7 +83,7 @@ def test_notes_of_reads_chords_tuplets_rests_and_pickups():
         ("B-2", Fraction(7, 4)),
         ("E--6", Fraction(1, 4)),
     ]
-    assert [n.onset for n in notes][:4] == [0, Fraction(1, 8), Fraction(1, 8), Fraction(1, 2)]
+    assert onsets[:4] == [0, Fraction(1, 8), Fraction(1, 8), Fraction(1, 2)]
     assert end == Fraction(1, 8) + 2 * Fraction(1, 2)
 
 
@@ -91,15 +97,13 @@ def test_notes_of_keeps_what_a_broken_prediction_spells():
 
 
 def test_notes_of_skips_markings_bar_lines_and_grace_groups():
-    text = (
+    notes, onsets, end = read_canonical(
         '\\clef treble \\key c \\major \\time 2/4 \\bar ".|:" c\'4 -. \\p ( '
         "\\acciaccatura { d''8 } e'4 ) | \\grace { b'16 <c'' e''>16 } d''4 -- \\fermata "
         "\\tuplet 3/2 { e''8 -> f''8 g''8 } \\bar \":|.\" | r2 \\fermata \\bar \"|.\""
     )
-    validate(text)
-    notes, end = notes_of(text)
     third = Fraction(1, 3)  # an 8th in a triplet, in quarter notes
-    assert [(n.pitch, n.length) for n in notes] == [
+    assert notes == [
         ("C4", 1),
         ("E4", 1),
         ("D5", 1),
@@ -107,7 +111,7 @@ def test_notes_of_skips_markings_bar_lines_and_grace_groups():
         ("F5", third),
         ("G5", third),
     ]
-    assert [n.onset for n in notes][:3] == [0, Fraction(1, 4), Fraction(1, 2)]
+    assert onsets[:3] == [0, Fraction(1, 4), Fraction(1, 2)]
     assert end == Fraction(3, 2)
     # a broken grace group ends at the first token that cannot stand in one; without braces
     # it is the one event after the command

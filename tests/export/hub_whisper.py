@@ -23,32 +23,32 @@ SUPPRESS, BEGIN_SUPPRESS = [48, 101], [89, EOS]
 PROMPT = [START, LANGS["<|fr|>"], TASKS["transcribe"], NO_TIMESTAMPS]
 
 
+# The smallest Whisper shape the export tests use: 32 wide, 2 heads, one encoder layer, 80 mel
+# bins over a 1 s window (50 encoder positions), 32 decoder positions. No suppressed tokens in
+# the model config: Whisper's default begin_suppress_tokens are ids beyond a tiny vocabulary.
+TINY = {
+    "d_model": 32,
+    "encoder_layers": 1,
+    "encoder_attention_heads": 2,
+    "decoder_attention_heads": 2,
+    "encoder_ffn_dim": 64,
+    "decoder_ffn_dim": 64,
+    "num_mel_bins": 80,
+    "max_source_positions": 50,
+    "max_target_positions": 32,
+    "begin_suppress_tokens": None,
+    "suppress_tokens": None,
+}
+
+
 def tiny_config(
     vocab_size: int, decoder_layers: int, start: int, bos: int, eos: int, pad: int
 ) -> object:
-    """The smallest Whisper shape the export tests use: 32 wide, 2 heads, one encoder layer,
-    80 mel bins over a 1 s window (50 encoder positions), 32 decoder positions."""
+    """A WhisperConfig of the TINY shape with this vocabulary, depth and special ids."""
     from transformers import WhisperConfig
 
-    return WhisperConfig(
-        vocab_size=vocab_size,
-        d_model=32,
-        encoder_layers=1,
-        decoder_layers=decoder_layers,
-        encoder_attention_heads=2,
-        decoder_attention_heads=2,
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
-        num_mel_bins=80,
-        max_source_positions=50,
-        max_target_positions=32,
-        decoder_start_token_id=start,
-        bos_token_id=bos,
-        eos_token_id=eos,
-        pad_token_id=pad,
-        begin_suppress_tokens=None,
-        suppress_tokens=None,
-    )
+    ids = dict(decoder_start_token_id=start, bos_token_id=bos, eos_token_id=eos, pad_token_id=pad)
+    return WhisperConfig(vocab_size=vocab_size, decoder_layers=decoder_layers, **ids, **TINY)
 
 
 def build(folder: Path) -> Path:

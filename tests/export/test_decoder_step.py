@@ -9,12 +9,13 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from export.hub_whisper import TINY  # tests/ is on sys.path
 
 from sonfolio.export.decoder_step import fuse_self_attention
 from sonfolio.export.layout import DECODER
 from sonfolio.export.with_past import with_past_decoder
 
-HEADS = 2  # tests/export/hub_whisper.py: decoder_attention_heads, 2 decoder layers
+HEADS = TINY["decoder_attention_heads"]  # hub_whisper's (it has 2 decoder layers)
 
 
 @pytest.fixture(scope="module")

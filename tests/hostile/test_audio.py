@@ -71,8 +71,14 @@ def peak_rss_mb(code: str) -> tuple[float, str]:
     return int(out[-1]) / 1024, "\n".join(out[:-1])
 
 
-def decode_peak(path: Path) -> tuple[float, str]:
-    """open_audio on `path` in a fresh interpreter: (its peak memory in MB, the samples read)."""
+def decode_noise_peak(folder: Path, rate: int, seconds: int) -> tuple[float, str]:
+    """open_audio in a fresh interpreter on `seconds` (a multiple of 10) of 16-bit mono noise at
+    `rate` Hz, written to `folder` 10 s at a time: (its peak memory in MB, the samples read)."""
+    path = folder / "noise.wav"
+    rng = np.random.default_rng(0)
+    with soundfile.SoundFile(path, "w", rate, 1, format="WAV", subtype="PCM_16") as f:
+        for _ in range(seconds // 10):
+            f.write((3000 * rng.standard_normal(10 * rate)).astype(np.int16))
     return peak_rss_mb(
         "from pathlib import Path\n"
         "from sonfolio.config.params import load_params\n"
@@ -156,12 +162,7 @@ def test_block_resampling_gives_what_the_training_resampler_gives(params: Params
 def test_the_largest_admitted_rate_decodes_in_bounded_memory(tmp_path: Path):
     # 120 s of noise at 192 kHz (23 M samples): the one-FFT decoder takes ~1 GB on it (4.4 GB
     # at 600 s); blocks keep the peak to a few blocks and the 16 kHz output.
-    path = tmp_path / "noise.wav"
-    rng = np.random.default_rng(0)
-    with soundfile.SoundFile(path, "w", 192_000, 1, format="WAV", subtype="PCM_16") as f:
-        for _ in range(12):
-            f.write((3000 * rng.standard_normal(1_920_000)).astype(np.int16))
-    peak, out = decode_peak(path)
+    peak, out = decode_noise_peak(tmp_path, 192_000, 120)
     assert out == str(120 * SAMPLE_RATE)
     assert peak < 300, f"{peak:.0f} MB to decode 120 s at 192 kHz"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from tiny import ROOT, WIDTH, run_tiny, tiny_config
+from tiny import ROOT, TWO_STEPS, WIDTH, run_tiny, tiny_config
 from transformers import (
     AutoFeatureExtractor,
     AutoTokenizer,
@@ -84,16 +84,7 @@ def test_speech_two_steps_pinned(speech_data, params, scratch, tmp_path, preset,
     from tasks.train import run
 
     chosen = scratch if preset == "from scratch" else params
-    cfg = chosen.speech_train.model_copy(
-        update={
-            "effective_batch": 8,
-            "max_steps": 2,
-            "warmup_steps": 0,
-            "eval_every": 2,
-            "log_every": 1,
-            "decode_max_tokens": 4,
-        }
-    )
+    cfg = chosen.speech_train.model_copy(update=TWO_STEPS)
     metrics = run(
         "speech",
         SpeechTraining(cfg),

@@ -27,6 +27,16 @@ from sonfolio.tokenizer import train_bpe
 ROOT = Path(__file__).resolve().parents[2]
 WIDTH, HEIGHT = 128, 32  # px: the tiny systems
 NOTES = ["c'4", "d'4", "e'8", "f'8", "g'2", "a'4", "b'4", "c''4", "|"]
+# a training loop of 2 steps of 8 samples, logged at each and evaluated after the last (either
+# track's *_train keys): what the pinned-loss tests run
+TWO_STEPS = {
+    "effective_batch": 8,
+    "max_steps": 2,
+    "warmup_steps": 0,
+    "eval_every": 2,
+    "log_every": 1,
+    "decode_max_tokens": 4,
+}
 
 
 def make_score_data(folder: Path, per_split: dict[str, int], seed: int = 0) -> Path:
@@ -56,17 +66,7 @@ def tiny_config(**loop: Any) -> tuple[ScoreTrain, EngineOptions]:
     cfg = params.score_train
     shape = {"image_height": HEIGHT, "patch": (32, 8), **loop.pop("model", {})}
     model = cfg.model.model_copy(update=shape)
-    base = {
-        "model": model,
-        "effective_batch": 8,
-        "max_steps": 2,
-        "warmup_steps": 0,
-        "eval_every": 2,
-        "checkpoint_every": 100,
-        "log_every": 1,
-        "decode_max_tokens": 4,
-        "lr": 3e-3,
-    }
+    base = {"model": model, **TWO_STEPS, "checkpoint_every": 100, "lr": 3e-3}
     opts = params.engine_options("default")
     engine = loop.pop("engine", {})
     return cfg.model_copy(update={**base, **loop}), opts.model_copy(update=engine)
