@@ -94,6 +94,23 @@ def test_read_writes_a_lilypond_file_that_compiles(files, capsys, lilypond, tmp_
     assert done.returncode == 0, done.stderr
 
 
+def test_read_writes_musicxml_with_the_notes_of_the_valid_systems(files, capsys, tmp_path):
+    from music21 import converter
+    from score.test_musicxml import canonical_notes, read_back_notes
+
+    page = str(files["root"] / "page.png")
+    systems = read_json(files, capsys, page)["images"][0]["systems"]
+    out = tmp_path / "page.musicxml"
+    model = str(files["score"])
+    code = cli(files, "read", page, "--model", model, "--format", "musicxml", "-o", str(out))
+    valid = [s["text"] for s in systems if s["canonical"]]
+    assert code == (0 if valid else 1)
+    score = converter.parse(out)
+    assert read_back_notes(score) == canonical_notes(valid)
+    marks = [e.content for e in score.recurse() if hasattr(e, "content")]
+    assert len([m for m in marks if "not read" in m]) == len(systems) - len(valid)
+
+
 def test_lilypond_output_keeps_canonical_systems_and_comments_out_the_rest(lilypond, tmp_path):
     hostile = '#(system "touch pwned") c\'4'
     systems = [
