@@ -3,10 +3,10 @@
 What a track's train face gives the train and QAT steps, `sonfolio estimate`, doctor and the
 train-step benchmark (`tracks.face(name, "train").training(params)`).
 
-Each track's own side is `Training` in sonfolio/<track>/model/training.py; what both sides do
-alike is
-here: the datasets of every split, the engine's Track built over them (`prepare`, given how
-the track's model reads), and the greedy reading of the held-out splits.
+Each track's own side is a `Training` in sonfolio/<track>/model/training.py: its model and
+how that model reads the data (`Training.reading`). What both sides do alike is here: the
+datasets of every split and the engine's Track built over them (`Training.setup`, which a
+track's class inherits), and the greedy reading of the held-out splits.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from torch.utils.data import DataLoader, Dataset
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -45,9 +45,12 @@ class Setup:
 
 
 class Training(Protocol):
-    """How one track trains: its `<track>_train` section and what only the track knows."""
+    """How one track trains: its `<track>_train` section and what only the track knows. A
+    track's class subclasses it for what every track does alike (`model_size`, `setup`)."""
 
     cfg: TrainLoop  # <track>_train
+    track: ClassVar[str]  # the track's name: its data come from data@<track>
+    eval_splits: ClassVar[tuple[str, ...]]  # the held-out splits decoded after training
 
     @property
     def hub_model(self) -> str | None:
@@ -56,6 +59,7 @@ class Training(Protocol):
     @property
     def model_size(self) -> str:
         """The size preset the model is built in (<track>_train.model.size)."""
+        return self.cfg.model.size  # every <track>_train has a model section
 
     def check_size(self, backend: Backend) -> None:
         """Raises DeviceCannotDo for a model this device cannot train, before any work."""
@@ -69,6 +73,12 @@ class Training(Protocol):
     def attention_kernels(self, model: PreTrainedModel) -> str:
         """The attention implementation of each part of `model`, for the logs and doctor."""
 
+    def reading(
+        self, data: Path, tokenizer_dir: Path, model: PreTrainedModel | None
+    ) -> tuple[PreTrainedModel, Reading]:
+        """The model to train, seeded and built (or `model`, e.g. a QAT-prepared one, made
+        ready to train further), and how it reads `data`."""
+
     def setup(
         self,
         data: Path,
@@ -76,8 +86,26 @@ class Training(Protocol):
         model: PreTrainedModel | None = None,
         name: str | None = None,
     ) -> Setup:
-        """The seeded model (or `model`, e.g. a QAT-prepared one) and the datasets, read as
-        training reads them; `name`: the stage in logs and cache keys (<track>_train)."""
+        """The seeded model (or `model`, e.g. a QAT-prepared one) and the datasets of every
+        split of `data`'s manifest, read as training reads them; `name`: the stage in logs and
+        cache keys (default <track>_train).
+
+        Raises:
+            ValueError: the manifest has no train or no val rows.
+        """
+        model, reading = self.reading(data, tokenizer_dir, model)
+        kernels = self.attention_kernels(model)
+        manifest = data / "manifest.jsonl"
+        rows = read_jsonl(manifest)
+        sets = split_sets(rows, reading.dataset, self.eval_splits, manifest, f"data@{self.track}")
+        engine = engine_track(model, sets, reading, name or f"{self.track}_train")
+        log.info(
+            "%s model: %.2f M parameters; attention: %s",
+            self.track,
+            model.num_parameters() / 1e6,
+            kernels,
+        )
+        return Setup(engine, sets, reading.processors[0], reading.processors)
 
     def evaluate(self, model: PreTrainedModel, setup: Setup) -> dict[str, Any]:
         """The metrics the train step adds after training: greedy decoding of the held-out
@@ -86,7 +114,7 @@ class Training(Protocol):
 
 @dataclass(frozen=True)
 class Reading:
-    """How a track's model reads its data: what `prepare` needs besides the model."""
+    """How a track's model reads its data: what `Training.setup` needs besides the model."""
 
     dataset: Callable[[list[dict[str, Any]]], Dataset]  # a split's manifest rows -> dataset
     collate: Callable[[list[Any]], dict[str, Any]]
@@ -94,34 +122,6 @@ class Reading:
     positions: int  # the encoder's sequence length (patches, or audio frames after the convs)
     shape: str  # the input's shape, for the micro-batch cache key
     processors: list[Any]  # Setup.processors: the tokenizer, then the image / audio processor
-
-
-def prepare(
-    model: PreTrainedModel,
-    reading: Reading,
-    data: Path,
-    eval_splits: tuple[str, ...],
-    track: str,
-    name: str | None,
-    kernels: str,
-) -> Setup:
-    """The Setup of `model` over the datasets of every split of `data`'s manifest;
-    `name`: the stage in logs and cache keys (default <track>_train); `kernels`: the model's
-    attention implementations, for the log.
-
-    Raises:
-        ValueError: the manifest has no train or no val rows.
-    """
-    manifest = data / "manifest.jsonl"
-    sets = split_sets(read_jsonl(manifest), reading.dataset, eval_splits, manifest, f"data@{track}")
-    engine = engine_track(model, sets, reading, name or f"{track}_train")
-    log.info(
-        "%s model: %.2f M parameters; attention: %s",
-        track,
-        model.num_parameters() / 1e6,
-        kernels,
-    )
-    return Setup(engine, sets, reading.processors[0], reading.processors)
 
 
 def split_sets(

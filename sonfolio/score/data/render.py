@@ -7,7 +7,6 @@ reason: an image must never disagree with its text.
 
 from __future__ import annotations
 
-import logging
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,8 +21,6 @@ from sonfolio.score.data.augment import degrade, rotate
 
 if TYPE_CHECKING:
     from sonfolio.config.data import Augment
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

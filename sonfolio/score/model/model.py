@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+CHANNELS = 1  # the score images are grey
+
 
 @dataclass(frozen=True)
 class Size:
@@ -73,7 +75,7 @@ def build(
     encoder = ViTConfig(
         image_size=(cfg.image_height, width),
         patch_size=tuple(cfg.patch),
-        num_channels=1,
+        num_channels=CHANNELS,
         hidden_size=s.enc_dim,
         num_hidden_layers=s.enc_layers,
         num_attention_heads=s.enc_heads,
@@ -90,8 +92,7 @@ def build(
         resid_pdrop=dropout,
         embd_pdrop=dropout,
         attn_pdrop=dropout,
-        add_cross_attention=True,
-        is_decoder=True,
+        # from_encoder_decoder_configs makes it a decoder with cross-attention
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
@@ -137,7 +138,7 @@ def load_pretrained(name: str, tokenizer: PreTrainedTokenizerBase) -> VisionEnco
         "score_train.model.pretrained",
         "a VisionEncoderDecoderModel",
     )
-    if model.config.encoder.num_channels != 1:
+    if model.config.encoder.num_channels != CHANNELS:
         raise ValueError(
             f"score_train.model.pretrained = {name!r} takes {model.config.encoder.num_channels}"
             "-channel images; the score images are grey (1 channel): use a 1-channel encoder"

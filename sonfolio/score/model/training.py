@@ -19,7 +19,7 @@ from sonfolio.score.model.batches import ScoreSystems, collate, image_processor
 from sonfolio.score.model.model import attention_kernels, build, check_size
 from sonfolio.train import ctc
 from sonfolio.train.device import Backend
-from sonfolio.train.setup import Reading, Setup, prepare, read_splits
+from sonfolio.train.setup import Reading, Setup, Training, read_splits
 
 if TYPE_CHECKING:
     from sonfolio.config.train import ScoreTrain
@@ -28,9 +28,11 @@ EVAL_SPLITS = ("heldout", "test")  # decoded after training: whole unseen collec
 
 
 @dataclass(frozen=True)
-class ScoreTraining:
+class ScoreTraining(Training):
     """score_train, and the width the systems are rendered at: the model's input width."""
 
+    track = "score"
+    eval_splits = EVAL_SPLITS
     cfg: ScoreTrain
     width: int  # px: score_data.image_long_side
 
@@ -38,31 +40,23 @@ class ScoreTraining:
     def hub_model(self) -> str | None:
         return self.cfg.model.pretrained
 
-    @property
-    def model_size(self) -> str:
-        return self.cfg.model.size
-
     def check_size(self, backend: Backend) -> None:
         check_size("score_train", self.cfg.model.size, backend)
 
     def key(self) -> dict[str, Any]:
         return {"cfg": self.cfg.model_dump(), "width": self.width}
 
-    def build_model(self, tokenizer_dir: Path) -> VisionEncoderDecoderModel:
-        return build(self.cfg.model, AutoTokenizer.from_pretrained(str(tokenizer_dir)), self.width)
-
     def attention_kernels(self, model: VisionEncoderDecoderModel) -> str:
         return attention_kernels(model)
 
-    def setup(
-        self,
-        data: Path,
-        tokenizer_dir: Path,
-        model: VisionEncoderDecoderModel | None = None,
-        name: str | None = None,
-    ) -> Setup:
+    def build_model(self, tokenizer_dir: Path) -> VisionEncoderDecoderModel:
+        return build(self.cfg.model, AutoTokenizer.from_pretrained(str(tokenizer_dir)), self.width)
+
+    def reading(
+        self, data: Path, tokenizer_dir: Path, model: VisionEncoderDecoderModel | None
+    ) -> tuple[VisionEncoderDecoderModel, Reading]:
         """The model (seeded, marked to decode as `cfg.decode` says; or `model`, e.g. a
-        QAT-prepared one), the datasets of every split, the tokenizer and image processor."""
+        QAT-prepared one) and how it reads `data`'s systems: the tokenizer and image processor."""
         tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
         set_seed(self.cfg.seed)
         if model is None:
@@ -81,7 +75,7 @@ class ScoreTraining:
             f"{height}x{width}",
             [tok, images],
         )
-        return prepare(model, reading, data, EVAL_SPLITS, "score", name, attention_kernels(model))
+        return model, reading
 
     def evaluate(self, model: VisionEncoderDecoderModel, setup: Setup) -> dict[str, Any]:
         """How the model reads (decode), and per held-out split the TER of greedy decoding

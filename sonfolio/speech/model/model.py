@@ -57,18 +57,20 @@ def build(
         freeze_encoder(model, cfg.frozen_encoder_layers)
         return model
     s = SIZES[cfg.size]
+    # the text's sizes from the tokenizer, the audio's from the feature extractor, the rest from
+    # the size preset, stack by stack
     config = WhisperConfig(
         vocab_size=len(tokenizer),
+        max_target_positions=tokenizer.model_max_length,
         num_mel_bins=features.feature_size,
+        max_source_positions=features.chunk_length * FRAMES_PER_S // 2,
         d_model=s.dim,
         encoder_layers=s.enc_layers,
-        decoder_layers=s.dec_layers,
         encoder_attention_heads=s.heads,
-        decoder_attention_heads=s.heads,
         encoder_ffn_dim=4 * s.dim,
+        decoder_layers=s.dec_layers,
+        decoder_attention_heads=s.heads,
         decoder_ffn_dim=4 * s.dim,
-        max_source_positions=features.chunk_length * FRAMES_PER_S // 2,
-        max_target_positions=tokenizer.model_max_length,
         dropout=s.dropout,
         **models.special_tokens(tokenizer),
         suppress_tokens=None,

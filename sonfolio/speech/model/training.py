@@ -20,7 +20,7 @@ from sonfolio.speech.common.normalize import normalize
 from sonfolio.speech.model.batches import SpeechClips, collate
 from sonfolio.speech.model.model import attention_kernels, build, check_size, freeze_encoder
 from sonfolio.train.device import Backend
-from sonfolio.train.setup import Reading, Setup, prepare, read_splits
+from sonfolio.train.setup import Reading, Setup, Training, read_splits
 
 if TYPE_CHECKING:
     from sonfolio.config.train import SpeechTrain
@@ -29,18 +29,16 @@ EVAL_SPLITS = ("test",)  # decoded after training: unseen sentences and voices
 
 
 @dataclass(frozen=True)
-class SpeechTraining:
+class SpeechTraining(Training):
     """speech_train: Whisper trained from a size preset, or fine-tuned from a base model."""
 
+    track = "speech"
+    eval_splits = EVAL_SPLITS
     cfg: SpeechTrain
 
     @property
     def hub_model(self) -> str | None:
         return self.cfg.model.base_model
-
-    @property
-    def model_size(self) -> str:
-        return self.cfg.model.size
 
     def check_size(self, backend: Backend) -> None:
         check_size("speech_train", self.cfg.model, backend)
@@ -48,22 +46,18 @@ class SpeechTraining:
     def key(self) -> dict[str, Any]:
         return {"cfg": self.cfg.model_dump()}
 
+    def attention_kernels(self, model: WhisperForConditionalGeneration) -> str:
+        return attention_kernels(model)
+
     def build_model(self, tokenizer_dir: Path) -> WhisperForConditionalGeneration:
         tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
         return build(self.cfg.model, tok, AutoFeatureExtractor.from_pretrained(tokenizer_dir))
 
-    def attention_kernels(self, model: WhisperForConditionalGeneration) -> str:
-        return attention_kernels(model)
-
-    def setup(
-        self,
-        data: Path,
-        tokenizer_dir: Path,
-        model: WhisperForConditionalGeneration | None = None,
-        name: str | None = None,
-    ) -> Setup:
-        """The model (seeded; or `model`, e.g. a QAT-prepared one), the datasets of every
-        split, the tokenizer and feature extractor."""
+    def reading(
+        self, data: Path, tokenizer_dir: Path, model: WhisperForConditionalGeneration | None
+    ) -> tuple[WhisperForConditionalGeneration, Reading]:
+        """The model (seeded; or `model`, e.g. a QAT-prepared one) and how it reads `data`'s
+        clips: the tokenizer and feature extractor."""
         tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
         features = AutoFeatureExtractor.from_pretrained(str(tokenizer_dir))
         set_seed(self.cfg.seed)
@@ -81,7 +75,7 @@ class SpeechTraining:
             f"{features.feature_size}x{features.chunk_length}s",
             [tok, features],
         )
-        return prepare(model, reading, data, EVAL_SPLITS, "speech", name, attention_kernels(model))
+        return model, reading
 
     def evaluate(self, model: WhisperForConditionalGeneration, setup: Setup) -> dict[str, Any]:
         """Per held-out split, CER and WER of greedy decoding on normalised text
