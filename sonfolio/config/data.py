@@ -90,6 +90,28 @@ class ScorePages(Strict):
     cut: PageSplit  # keep equal to infer.page: train on the crops `read --page` makes
 
 
+class Scan(Strict):
+    """score_data.scan: how a clean page is made to look scanned or photographed
+    (sonfolio/score/data/scan.py), for the held-out scan-like measures."""
+
+    dpi: tuple[
+        Annotated[float, Field(ge=30.0, le=1200.0)], Annotated[float, Field(ge=30.0, le=1200.0)]
+    ]
+    jpeg_quality: tuple[Annotated[int, Field(ge=1, le=100)], Annotated[int, Field(ge=1, le=100)]]
+    skew_deg: Annotated[float, Field(ge=0.0, le=10.0)]  # the most a page is turned
+    perspective: Annotated[float, Field(ge=0.0, le=0.2)]  # corner shift, a share of the side
+    curl: Annotated[float, Field(ge=0.0, le=0.5)]  # lens-like bending of the page
+    light: Annotated[float, Field(ge=0.01, le=0.2)]  # darkening of the unevenly lit part
+    bleed: Annotated[float, Field(ge=0.0, le=0.5)]  # darkness of the print from the back
+    breaks: Annotated[int, Field(ge=0, le=200)]  # thin vertical gaps cut through the print
+
+    @model_validator(mode="after")
+    def _ranges(self) -> Scan:
+        _check_range("score_data.scan.dpi", self.dpi)
+        _check_range("score_data.scan.jpeg_quality", self.jpeg_quality)
+        return self
+
+
 class ScoreData(Strict):
     """score_data: where the music comes from and how each staff system is rendered."""
 
@@ -97,6 +119,7 @@ class ScoreData(Strict):
     synthetic_fraction: Annotated[float, Field(ge=0.0, lt=1.0)]
     bars_per_system: Annotated[int, Field(ge=1, le=16)]
     pages: ScorePages
+    scan: Scan
     image_long_side: Annotated[int, Field(ge=64, le=4096)]
     resolution_dpi: Annotated[int, Field(ge=50, le=1200)]
     augment: Augment

@@ -1,17 +1,25 @@
-"""Pages engraved by Verovio in its five music fonts, cut by the page cutter into the systems
-Verovio laid out (its own SVG says where each system's staff lines are)."""
+"""Pages engraved by Verovio in its five music fonts, clean and made to look scanned or
+photographed, cut by the page cutter into the systems Verovio laid out (its own SVG says where
+each system's staff lines are)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from music21 import corpus
 from music21.musicxml.m21ToXml import GeneralObjectExporter
+from PIL import Image
 
 from sonfolio.config.infer import PageSplit
-from sonfolio.score.common.page import ink_mask, longest_runs, split_page
+from sonfolio.score.common.page import deskew, ink_mask, longest_runs, split_page
+from sonfolio.score.data.scan import KINDS, scan_like
 from sonfolio.score.data.verovio_pages import FONTS, engrave_pages
 
-CUT = PageSplit(staff_line_fraction=0.3, min_staff_lines=4, short_staff_spaces=12, max_skew_deg=2)
+VEROVIO_DPI = 254  # an A4 page 2100 px wide
+
+CUT = PageSplit(
+    staff_line_fraction=0.3, min_staff_lines=4, short_staff_spaces=12, strips=8, max_skew_deg=2
+)
 # bwv101.7's alto: Verovio leaves its last system one bar long, at its natural width
 PIECES = {"short_last": ("bach/bwv101.7", 1), "two_systems": ("bach/bwv66.6", 0)}
 
@@ -24,8 +32,12 @@ def musicxml():
     return out
 
 
-def cut_matches_layout(page, cfg):
-    boxes = split_page(page.gray, cfg)
+def cut_matches_layout(page, cfg, gray=None):
+    """The cut gives one box per system Verovio laid out, each around its staff's rows
+    (`gray`: a degraded copy of the page, whose rows moved: the count alone)."""
+    boxes = split_page(page.gray if gray is None else gray, cfg)
+    if gray is not None:
+        return len(boxes) == len(page.systems)
     inside = all(
         b.top <= s.top and s.bottom <= b.bottom for b, s in zip(boxes, page.systems, strict=False)
     )
@@ -47,7 +59,7 @@ def test_the_short_last_line_is_what_a_width_share_alone_would_drop(musicxml):
     last = page.systems[-1]
     assert runs[round(last.top)] < CUT.staff_line_fraction * runs.max()  # a short staff
     assert len(last.measures) == 1
-    blind = CUT.model_copy(update={"short_staff_spaces": 1000})  # no second pass
+    blind = CUT.model_copy(update={"short_staff_spaces": 1000, "strips": 1})  # width share only
     assert not cut_matches_layout(page, blind)
     assert cut_matches_layout(page, CUT)
 
@@ -61,3 +73,48 @@ def test_systems_number_their_measures_in_order(musicxml):
 def test_an_unknown_font_is_named():
     with pytest.raises(ValueError, match="unknown Verovio font 'Comic'.*Leipzig"):
         engrave_pages("<score-partwise/>", "Comic")
+
+
+@pytest.fixture(scope="module")
+def pages(musicxml):
+    return [
+        (page, font)
+        for k, (key, font) in enumerate(zip(sorted(PIECES) * 2, FONTS[:4], strict=True))
+        for page in engrave_pages(musicxml[key], font)
+    ]
+
+
+def scanned(page, params, seed, kinds):
+    gray = scan_like(page.gray, VEROVIO_DPI, params.score_data.scan, seed, kinds)
+    level, _ = deskew(Image.fromarray(gray), params.infer.page.max_skew_deg, params.infer.image)
+    return np.asarray(level)
+
+
+@pytest.mark.parametrize("kind", [*KINDS, "all"])
+def test_a_scanned_or_photographed_page_is_cut_into_its_systems(pages, params, kind):
+    """Each degradation at params.yaml's strength, and all of them at once, 3 seeds."""
+    kinds = KINDS if kind == "all" else (kind,)
+    cfg = params.infer.page
+    for seed in range(3):
+        for page, font in pages:
+            gray = scanned(page, params, seed, kinds)
+            assert cut_matches_layout(page, cfg, gray), (kind, seed, font)
+
+
+def test_bent_staff_lines_need_the_strips(pages, params):
+    """The control: without the strips a photographed page loses staves."""
+    flat = params.infer.page.model_copy(update={"strips": 1})
+    missed = sum(
+        not cut_matches_layout(page, flat, scanned(page, params, seed, KINDS))
+        for seed in range(3)
+        for page, _ in pages
+    )
+    assert missed > 0
+
+
+def test_a_scan_is_the_same_for_the_same_seed_and_names_an_unknown_kind(pages, params):
+    page = pages[0][0]
+    assert np.array_equal(scanned(page, params, 5, KINDS), scanned(page, params, 5, KINDS))
+    assert not np.array_equal(scanned(page, params, 5, KINDS), scanned(page, params, 6, KINDS))
+    with pytest.raises(ValueError, match=r"unknown scan degradation \['fold'\]; known: dpi"):
+        scan_like(page.gray, VEROVIO_DPI, params.score_data.scan, 0, ("fold",))

@@ -170,25 +170,37 @@ def find_staff_spans(lines: list[tuple[int, int]], min_lines: int) -> list[Staff
 
 
 def page_staves(mask: np.ndarray, cfg: PageSplit) -> list[Staff]:
-    """The staves of a page's ink, top to bottom, short ones included.
+    """The staves of a page's ink, top to bottom, short and bent ones included.
 
     First the staves whose lines run at least `cfg.staff_line_fraction` of the page's longest
-    ink run (the full-width ones). A staff left short is found in a second pass: lines at least
-    `cfg.short_staff_spaces` staff spaces long (the spacing the first staves have), kept where
-    they make a staff of that spacing that none of the first overlaps. An engraver that leaves
-    its last system at its natural width (Verovio does; LilyPond stretches it) draws lines a
-    fifth of the page's width, and an indented or coda staff is short too.
+    ink run (the full-width ones). Then, in each of `cfg.strips` vertical strips, the same
+    within the strip: a photographed or curled page bends its staff lines, so that no row
+    holds a long run of one, while a strip's width holds a nearly straight piece of it. And a
+    staff left short: lines at least `cfg.short_staff_spaces` staff spaces long (an engraver
+    that leaves its last system at its natural width, as Verovio does, draws lines a fifth of
+    the page's width; an indented or coda staff is short too). Staves found more than once
+    (overlapping rows) are one staff, spanning all their rows; only staves of the spacing most
+    found are kept (within LINE_SPACING_TOLERANCE).
     """
-    staves = find_staff_spans(staff_lines(mask, cfg.staff_line_fraction), cfg.min_staff_lines)
-    if not staves:
-        return staves
-    space = float(np.median([s.space for s in staves]))
+    found = find_staff_spans(staff_lines(mask, cfg.staff_line_fraction), cfg.min_staff_lines)
+    width = mask.shape[1]
+    for k in range(cfg.strips if cfg.strips > 1 else 0):
+        strip = mask[:, k * width // cfg.strips : (k + 1) * width // cfg.strips]
+        found += find_staff_spans(staff_lines(strip, cfg.staff_line_fraction), cfg.min_staff_lines)
+    if not found:
+        return []
+    space = float(np.median([s.space for s in found]))
     short = staff_lines(mask, 0.0, at_least=cfg.short_staff_spaces * space)
-    for extra in find_staff_spans(short, cfg.min_staff_lines):
-        alike = abs(extra.space - space) <= LINE_SPACING_TOLERANCE * space
-        if alike and not any(s.top <= extra.bottom and extra.top <= s.bottom for s in staves):
-            staves.append(extra)
-    return sorted(staves, key=lambda s: s.top)
+    found += find_staff_spans(short, cfg.min_staff_lines)
+    alike = [s for s in found if abs(s.space - space) <= LINE_SPACING_TOLERANCE * space]
+    staves: list[Staff] = []
+    for s in sorted(alike, key=lambda s: s.top):  # merge those whose rows overlap
+        if staves and s.top <= staves[-1].bottom:
+            last = staves[-1]
+            staves[-1] = Staff(last.top, max(last.bottom, s.bottom), last.space)
+        else:
+            staves.append(s)
+    return staves
 
 
 def group_staves(lines: list[tuple[int, int]], min_lines: int) -> list[tuple[int, int]]:
