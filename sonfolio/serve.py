@@ -40,9 +40,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from sonfolio import tracks
 from sonfolio.infer.formats import read_lilypond, read_result, read_text, transcript_result
 from sonfolio.infer.inputs import BadInput, display_name, open_audio, open_image
-from sonfolio.infer.musicxml import reading_musicxml
 from sonfolio.infer.run import check_fit, load_model, read_image, transcribe
 from sonfolio.score.common.lilypond import LilyPondNotFound, find_lilypond
+from sonfolio.score.common.musicxml import reading_musicxml
 from sonfolio.speech.common.audio import SAMPLE_RATE
 from sonfolio.variants import Variant
 from sonfolio.web import engrave

@@ -115,6 +115,10 @@ def score_eval(root: Path) -> dict:
              "note_error_rate": 0.5678, "note_error_rate_pitch": 0.4,
              "baseline_most_common_note": {"note_error_rate": 0.87},
              "pages_per_second": 2.5}  # fmt: skip
+    leland = {"pages": 15, "true_systems": 44, "found_systems": 43, "valid_rate": 0.97,
+              "note_error_rate": 0.6123, "note_error_rate_pitch": 0.5012,
+              "baseline_most_common_note": {"note_error_rate": 0.88}}  # fmt: skip
+    pages["by_engraving"] = {"lilypond": dict(pages), "verovio:Leland+scan": leland}
     return {
         "reference": "score_fp32",
         "variants": {
@@ -237,14 +241,29 @@ def test_the_untouched_base_stands_beside_the_trained_model(run_dir, params):
     assert "-0.4758" in table and "-0.1112" in table  # trained minus before: WER, CER
 
 
-def test_whole_pages_stand_beside_the_systems_read_alone(run_dir, params):
+def report_table(run_dir, params, title):
+    """The HTML of the report's table whose caption starts with `title`."""
     out = run_dir / "reports"
     run(params.report, sources(run_dir), out)
     html = (out / "index.html").read_text(encoding="utf-8")
-    table = html[html.index("Whole pages read as") :]
-    table = table[: table.index("</table>")]
+    table = html[html.index(title) :]
+    return table[: table.index("</table>")]
+
+
+def test_whole_pages_stand_beside_the_systems_read_alone(run_dir, params):
+    table = report_table(run_dir, params, "Whole pages read as")
     for cell in ("14 (12)", "41 / 40", "0.9286", "0.5678", "0.4321", "0.87"):
         assert cell in table, cell
+
+
+def test_each_engraving_has_its_row_of_page_figures(run_dir, params):
+    table = report_table(run_dir, params, "Whole pages per engraving")
+    lily = table[table.index("<td>lilypond</td>") : table.index("verovio:Leland+scan")]
+    for cell in ("14", "41 / 40", "0.5678", "0.87"):
+        assert f"<td>{cell}</td>" in lily, cell
+    other = table[table.index("verovio:Leland+scan") :]
+    for cell in ("15", "43 / 44", "0.97", "0.6123", "0.5012", "0.88"):
+        assert f"<td>{cell}</td>" in other, cell
 
 
 def test_latency_csv_has_one_row_per_measured_variant(run_dir, params):

@@ -92,7 +92,7 @@ class ScorePages(Strict):
 
 class Scan(Strict):
     """score_data.scan: how a clean page is made to look scanned or photographed
-    (sonfolio/score/data/scan.py), for the held-out scan-like measures."""
+    (sonfolio/score/common/scan.py), for the held-out scan-like measures."""
 
     dpi: tuple[
         Annotated[float, Field(ge=30.0, le=1200.0)], Annotated[float, Field(ge=30.0, le=1200.0)]

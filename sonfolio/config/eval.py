@@ -19,6 +19,21 @@ class ScoreEvalPages(Strict):
     split: Literal["test", "heldout"]  # whose parts
     variant: Annotated[str, Field(min_length=1)]  # the variant folder that reads them
     dpi: Annotated[int, Field(ge=50, le=600)]  # page resolution
+    # each engraving the pages are read in (sonfolio/score/eval/engravings.py): lilypond,
+    # verovio:<font>, either with +scan (made to look scanned or photographed); the first
+    # lilypond one is the headline
+    engravings: Annotated[
+        list[
+            Annotated[
+                str,
+                Field(
+                    pattern=r"^(lilypond|verovio:(Leipzig|Bravura|Gootville|Leland|Petaluma))"
+                    r"(\+scan)?$"
+                ),
+            ]
+        ],
+        Field(min_length=1),
+    ]
 
 
 class ScoreEval(Strict):

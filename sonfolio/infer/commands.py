@@ -196,7 +196,7 @@ def run_read(args: argparse.Namespace) -> int:
         return formats.read_lilypond(results)
 
     def musicxml(_model: str, results: list[Any]) -> str:
-        from sonfolio.infer.musicxml import reading_musicxml
+        from sonfolio.score.common.musicxml import reading_musicxml
 
         engraved.append(formats.valid_systems(results))
         xml, left_out = reading_musicxml(results)

@@ -101,6 +101,39 @@ def pages_table(ev: dict[str, Any]) -> Table | None:
     )
 
 
+def engravings_table(ev: dict[str, Any]) -> Table | None:
+    """The same held-out parts read as pages of each engraving (the score eval's
+    `pages.by_engraving`); None when the eval read them in one engraving only."""
+    by = (ev.get("pages") or {}).get("by_engraving") or {}
+    if len(by) < 2:
+        return None
+    rows = []
+    for name, f in by.items():
+        found = f"{f.get('found_systems', 0)} / {f.get('true_systems', 0)}"
+        base = f.get("baseline_most_common_note", {})
+        rows.append(
+            [
+                name,
+                str(f.get("pages", 0)),
+                found,
+                fmt(f.get("valid_rate")),
+                fmt(f.get("note_error_rate")),
+                fmt(f.get("note_error_rate_pitch")),
+                fmt(base.get("note_error_rate")),
+            ]
+        )
+    return Table(
+        "Whole pages per engraving",
+        ["engraving", "pages", "systems found / true", "valid", "note error", "pitch only",
+         "most common note"],
+        rows,
+        "The same held-out parts engraved by LilyPond (the training engraver) and by Verovio in "
+        "a music font (verovio:<font>), clean and made to look scanned or photographed (+scan: "
+        "resolution, JPEG, threshold, skew, perspective, curl, light, bleed-through, broken "
+        "lines). Each page's truth comes from its engraver's own layout (docs/evaluation.md).",
+    )  # fmt: skip
+
+
 def quality_plot(track: ReportFace, ev: dict[str, Any], dest: Path, dpi: int) -> None:
     key = track.report_quality[0]
     variants = list(ev["variants"])
@@ -137,6 +170,8 @@ def eval_section(track: ReportFace, src: Sources, out: Path, cfg: Report) -> Sec
     if (table := before_after_table(track, ev)) is not None:
         section.items.append(table)
     if (table := pages_table(ev)) is not None:
+        section.items.append(table)
+    if (table := engravings_table(ev)) is not None:
         section.items.append(table)
     name = f"assets/{track.name}_quality.png"
     quality_plot(track, ev, out / name, cfg.dpi)

@@ -109,12 +109,23 @@ def test_whole_pages_are_engraved_read_and_measured(evaluated, params: Params, l
     parts = heldout_parts(list(reversed(rows)), "heldout", 5, 0)
     assert [r["image"] for r in parts[0]] == [r["image"] for r in rows]  # page order
     variant = variants.load(root / "onnx" / "fp32", threads=1)
-    got = evaluate_pages(variant, parts, params.infer, lilypond, 100, root / "pages")
+    kinds = ("lilypond", "verovio:Leland", "verovio:Petaluma+scan")
+    scan = params.score_data.scan
+    got = evaluate_pages(variant, parts, params.infer, lilypond, 100, root / "pages", kinds, scan)
     assert got["pages"] >= 1 and got["parts"] == 1 and got["true_systems"] >= 2
     assert got["truth_notes"] == len(notes_of(text)[0])
     assert got["systems_found_ratio"]["overall"] == 1.0  # the cutter finds every line
     assert 0.0 <= got["valid_rate"] <= 1.0 and got["note_error_rate"] >= 0.0
     assert set(got["baseline_most_common_note"]) == {"note_error_rate", "note_error_rate_pitch"}
+    assert set(got["by_engraving"]) == set(kinds)
+    assert {k: v for k, v in got["by_engraving"]["lilypond"].items()} == {
+        k: v for k, v in got.items() if k != "by_engraving"
+    }
+    for name in kinds[1:]:  # another engraver's layout, clean and scan-like: every note placed
+        other = got["by_engraving"][name]
+        assert other["parts"] == 1 and other["truth_notes"] == got["truth_notes"], name
+        assert other["true_systems"] >= 2, name
+        assert other["systems_found_ratio"]["overall"] == 1.0, name
 
 
 @pytest.mark.slow

@@ -10,8 +10,8 @@ import pytest
 from music21 import articulations, converter, dynamics, expressions, spanner
 from score.test_canonical import GOOD, MARKED  # tests/ is on sys.path
 
-from sonfolio.infer.musicxml import musicxml_bytes, score_of
 from sonfolio.score.common import lexicon as lx
+from sonfolio.score.common.musicxml import musicxml_bytes, score_of
 from sonfolio.score.data.synth import synth_systems
 from sonfolio.score.eval.page_eval import notes_of
 

@@ -12,8 +12,8 @@ from PIL import Image
 
 from sonfolio.config.infer import PageSplit
 from sonfolio.score.common.page import deskew, ink_mask, longest_runs, split_page
-from sonfolio.score.data.scan import KINDS, scan_like
-from sonfolio.score.data.verovio_pages import FONTS, engrave_pages
+from sonfolio.score.common.scan import KINDS, scan_like
+from sonfolio.score.common.verovio import FONTS, engrave_pages
 
 VEROVIO_DPI = 254  # an A4 page 2100 px wide
 

@@ -238,36 +238,77 @@ def heldout_parts(rows: list[dict], split: str, limit: int, seed: int) -> list[l
 
 
 def evaluate_pages(
-    variant: Any, parts: list[list[dict]], read_cfg: Any, exe: Path, dpi: int, work: Path
+    variant: Any,
+    parts: list[list[dict]],
+    read_cfg: Any,
+    exe: Path,
+    dpi: int,
+    work: Path,
+    engravings: tuple[str, ...] = ("lilypond",),
+    scan: Any = None,
 ) -> dict[str, Any]:
-    """Each part engraved whole as pages in LilyPond's default layout (A4, 20 pt, a title),
-    each page read as `read --page` reads it, and the figures over all pages (`summarize`),
-    with the pages read per second. A part whose layout cannot be proven is counted, skipped."""
-    rows: list[dict] = []
-    read_s, skipped = 0.0, Counter()
+    """Each part engraved whole as pages by each of `engravings` (sonfolio.score.eval.
+    engravings: LilyPond's default layout, A4, 20 pt, a title; Verovio's in a font; `+scan`:
+    made scan-like with `scan`, score_data.scan), each page read as `read --page` reads it.
+    The figures over all pages (`summarize`) of LilyPond's clean pages at the top, as before,
+    with the pages read per second; `by_engraving` has the same per engraving. A part whose
+    layout cannot be proven is counted and skipped for that engraving."""
+    from sonfolio.score.eval.engravings import (
+        ENGRAVING,
+        HeldOutPage,
+        LayoutUnknown,
+        scanned,
+    )
+
+    rows: dict[str, list[dict]] = {e: [] for e in engravings}
+    read_s, skipped = {e: 0.0 for e in engravings}, {e: Counter() for e in engravings}
     for k, lines in enumerate(parts):
         text = join_lines([(r["text"], r.get("time")) for r in lines])
-        try:
-            validate(text)
-            length = sum(bar_lengths(text), Fraction(0))
-            layout = Layout("a4", 20.0, title="Held-out piece", composer="Trad.")
-            pages = engrave(text, length, layout, work / f"part{k:03d}", exe, dpi, 120)
-        except (CanonicalError, LayoutUnproven) as err:
-            log.warning("%s: not engraved as pages: %s", lines[0]["piece"], err)
-            skipped["not_engraved"] += 1
-            continue
+        piece, collection = lines[0]["piece"], lines[0]["collection"]
         notes, _ = notes_of(text)
-        for number, page in enumerate(pages, 1):
-            reading, seconds = read_page(variant, page.png, read_cfg)
-            read_s += seconds
-            piece, collection = lines[0]["piece"], lines[0]["collection"]
-            rows.append(
-                page_row(piece, collection, "", number, page, page_truth(notes, page), reading)
-            )
-    if not rows:
-        return {"pages": 0, "skipped_parts": dict(skipped)}
-    result = summarize(rows)
-    result["pages_per_second"] = round(len(rows) / read_s, 3) if read_s else None
-    result["parts"] = len(parts) - sum(skipped.values())
-    result["skipped_parts"] = dict(skipped)
-    return result
+        clean: dict[str, list[HeldOutPage]] = {}
+        for name in engravings:
+            engraver = ENGRAVING.fullmatch(name).group(1)
+            try:
+                if engraver not in clean:
+                    clean[engraver] = _engrave(engraver, text, exe, dpi, work / f"part{k:03d}")
+            except (CanonicalError, LayoutUnproven, LayoutUnknown) as err:
+                log.warning("%s: not engraved as pages by %s: %s", piece, engraver, err)
+                skipped[name]["not_engraved"] += 1
+                continue
+            pages = clean[engraver]
+            if name.endswith("+scan"):
+                pages = [scanned(p, dpi, scan, f"{name}/{k}/{n}") for n, p in enumerate(pages)]
+            for number, page in enumerate(pages, 1):
+                reading, seconds = read_page(variant, page.png, read_cfg)
+                read_s[name] += seconds
+                truth = [n for n in notes if page.start <= n.onset < page.end]
+                lines_on_page = Page(page.png, [(page.start, page.end)])
+                row = page_row(piece, collection, "", number, lines_on_page, truth, reading)
+                row["true_systems"] = page.systems
+                rows[name].append(row)
+
+    def figures(name: str) -> dict[str, Any]:
+        if not rows[name]:
+            return {"pages": 0, "skipped_parts": dict(skipped[name])}
+        result = summarize(rows[name])
+        result["pages_per_second"] = round(len(rows[name]) / read_s[name], 3)
+        result["parts"] = len(parts) - sum(skipped[name].values())
+        result["skipped_parts"] = dict(skipped[name])
+        return result
+
+    top = figures("lilypond") if "lilypond" in rows else {"pages": 0}
+    return {**top, "by_engraving": {name: figures(name) for name in engravings}}
+
+
+def _engrave(engraver: str, text: str, exe: Path, dpi: int, work: Path) -> list[Any]:
+    """The clean pages of one part by one engraver, each with its span of the piece."""
+    from sonfolio.score.eval.engravings import HeldOutPage, verovio_pages
+
+    validate(text)
+    if engraver.startswith("verovio:"):
+        return verovio_pages(text, engraver.split(":")[1], work, dpi)
+    length = sum(bar_lengths(text), Fraction(0))
+    layout = Layout("a4", 20.0, title="Held-out piece", composer="Trad.")
+    pages = engrave(text, length, layout, work / "lilypond", exe, dpi, 120)
+    return [HeldOutPage(p.png, p.systems[0][0], p.systems[-1][1], len(p.systems)) for p in pages]

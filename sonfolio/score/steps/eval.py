@@ -54,7 +54,16 @@ class ScoreEvalFace:
             parts = heldout_parts(rows, cfg.split, cfg.parts, params.score_eval.seed)
             variant = variants.load(folder, threads=params.score_eval.threads)
             exe = find_lilypond(params.score_data.lilypond)
-            figures = evaluate_pages(variant, parts, params.infer, exe, cfg.dpi, work)
+            figures = evaluate_pages(
+                variant,
+                parts,
+                params.infer,
+                exe,
+                cfg.dpi,
+                work,
+                tuple(cfg.engravings),
+                params.score_data.scan,
+            )
             return {"pages": {"variant": cfg.variant, "split": cfg.split, **figures}}
 
         return pages

@@ -1,10 +1,13 @@
-"""A reading as MusicXML, the file musicians open in MuseScore, Finale, Sibelius or Dorico.
+"""Canonical text as MusicXML, the file musicians open in MuseScore, Finale, Sibelius or Dorico.
 
-`read --format musicxml` and POST /read?format=musicxml. The systems read from one or more
-images, in order, become one part: a page's systems are one piece, and so are the pages of a
-piece read together. music21 builds the score from the canonical text's clefs, keys, times,
-pickup, notes, chords, rests, ties, tuplets, grace notes, markings (articulations, fermatas,
-trills, dynamics, slurs) and bar lines, and writes the MusicXML.
+`read --format musicxml` and POST /read?format=musicxml write a reading with it: the systems
+read from one or more images, in order, become one part (a page's systems are one piece, and
+so are the pages of a piece read together). The evaluation hands the MusicXML of held-out
+music to a second engraver (Verovio, sonfolio/score/common/verovio.py).
+
+music21 builds the score from the canonical text's clefs, keys, times, pickup, notes, chords,
+rests, ties, tuplets, grace notes, markings (articulations, fermatas, trills, dynamics, slurs)
+and bar lines, and writes the MusicXML.
 
 Why a walk of our own over the tokens: no library reads LilyPond into music21 (music21 writes
 LilyPond but does not parse it), and the canonical grammar is small and fixed (sonfolio.score.
@@ -19,7 +22,7 @@ import contextlib
 import re
 from collections.abc import Sequence
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from music21 import (
     articulations,
@@ -41,9 +44,6 @@ from music21.musicxml.m21ToXml import GeneralObjectExporter
 from music21.stream import makeNotation
 
 from sonfolio.score.common import lexicon as lx
-
-if TYPE_CHECKING:
-    from sonfolio.infer.run import Reading
 
 # Canonical clef token -> music21 (sign + line, octave shift); the inverse of the data stage's
 # table (sonfolio.score.data.measures).
@@ -308,9 +308,10 @@ def musicxml_bytes(score: stream.Score) -> bytes:
     return exporter.parse()
 
 
-def reading_musicxml(results: Sequence[tuple[str, Reading]]) -> tuple[bytes, list[str]]:
+def reading_musicxml(results: Sequence[tuple[str, Any]]) -> tuple[bytes, list[str]]:
     """The MusicXML of the readings of one or more images (one part, in order), and a line
-    for each system left out because its text is not canonical."""
+    for each system left out because its text is not canonical. A reading is
+    sonfolio.infer.run.Reading: its `systems` have `index`, `text` and `problem`."""
     systems: list[tuple[str | None, str | None]] = []
     left_out: list[str] = []
     for name, reading in results:
