@@ -52,6 +52,9 @@ class Augment(Strict):
     blur_radius: Annotated[float, Field(ge=0.0, le=5.0)]  # max gaussian blur radius, px
     rotation_deg: Annotated[float, Field(ge=0.0, le=10.0)]  # max absolute rotation
     ink: Fraction01  # strength of uneven ink (patchy fading), 0 = none
+    # share of the train images also made scan-like (score_data.scan; 2 to 4 kinds drawn per
+    # image among dpi, jpeg, threshold, light, bleed, breaks)
+    scan_fraction: Fraction01
 
 
 class ScoreSplit(Strict):
@@ -90,6 +93,34 @@ class ScorePages(Strict):
     cut: PageSplit  # keep equal to infer.page: train on the crops `read --page` makes
 
 
+VerovioFont = Literal["Leipzig", "Bravura", "Gootville", "Leland", "Petaluma"]
+
+
+class ScoreEngravers(Strict):
+    """score_data.engravers: who engraves each piece's system images, drawn per piece (seeded):
+    LilyPond (its font, Emmentaler) for a `lilypond` share, else Verovio in one of `verovio_fonts`
+    (sonfolio/score/common/verovio.py). `heldout_font` is never drawn: the engraving training
+    never sees, which score_eval.pages reads as the held-out engraving."""
+
+    lilypond: Fraction01
+    verovio_fonts: list[VerovioFont]
+    heldout_font: VerovioFont
+
+    @model_validator(mode="after")
+    def _fonts(self) -> ScoreEngravers:
+        if self.heldout_font in self.verovio_fonts:
+            raise ValueError(
+                f"score_data.engravers: the held-out font {self.heldout_font} is also in "
+                f"verovio_fonts {self.verovio_fonts}: take it out of one of them"
+            )
+        if self.lilypond < 1 and not self.verovio_fonts:
+            raise ValueError(
+                f"score_data.engravers: lilypond is {self.lilypond}, so the rest goes to "
+                "Verovio, but verovio_fonts is empty: name a font or set lilypond to 1.0"
+            )
+        return self
+
+
 class Scan(Strict):
     """score_data.scan: how a clean page is made to look scanned or photographed
     (sonfolio/score/common/scan.py), for the held-out scan-like measures."""
@@ -103,7 +134,7 @@ class Scan(Strict):
     curl: Annotated[float, Field(ge=0.0, le=0.5)]  # lens-like bending of the page
     light: Annotated[float, Field(ge=0.01, le=0.2)]  # darkening of the unevenly lit part
     bleed: Annotated[float, Field(ge=0.0, le=0.5)]  # darkness of the print from the back
-    breaks: Annotated[int, Field(ge=0, le=200)]  # thin vertical gaps cut through the print
+    breaks: Annotated[int, Field(ge=0, le=200)]  # thin gaps cut through the print, per A4 width
 
     @model_validator(mode="after")
     def _ranges(self) -> Scan:
@@ -118,6 +149,7 @@ class ScoreData(Strict):
     sources: Annotated[list[ScoreSource], Field(min_length=1)]
     synthetic_fraction: Annotated[float, Field(ge=0.0, lt=1.0)]
     bars_per_system: Annotated[int, Field(ge=1, le=16)]
+    engravers: ScoreEngravers
     pages: ScorePages
     scan: Scan
     image_long_side: Annotated[int, Field(ge=64, le=4096)]

@@ -3,6 +3,7 @@ them, and each stored image showing exactly its text (re-engraved alone and comp
 
 from __future__ import annotations
 
+from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 
@@ -196,3 +197,54 @@ def test_each_stored_line_shows_its_text_re_engraved_alone(engraved, tmp_path) -
             # shortest note)
             assert own > 0.8, (job.piece, k, own)
             assert own > max(others) + 0.15, (job.piece, k, own, others)
+
+
+@pytest.fixture(scope="module")
+def verovio_engraved(tmp_path_factory):
+    """The same parts laid out on pages by Verovio (Bravura, Petaluma), cut and stored."""
+    params = load_params()
+    cfg = params.score_data
+    exe = find_lilypond()
+    tmp = tmp_path_factory.mktemp("verovio-pages")
+    out = []
+    for name, part, font in (("bach/bwv66.6", 0, "Bravura"), ("bach/bwv40.8", 1, "Petaluma")):
+        [(_, score)] = pieces_from_file(Path(corpus.getWork(name)))
+        whole = systems_from_score(score, name, WHOLE_PART)[0][part]
+        job = PageJob(name, whole.text, Layout("a4", 20.0), tmp / "images", f"v{len(out)}",
+                      augment=False, engraver=f"verovio:{font}")  # fmt: skip
+        result = page_systems(job, cfg.pages, exe, render_settings(cfg, exe), cfg.seed)
+        assert not result.dropped, result.dropped
+        out.append((job, result))
+    return cfg, out
+
+
+def test_verovio_pages_are_stored_line_by_line_with_valid_texts(verovio_engraved) -> None:
+    _, out = verovio_engraved
+    for job, result in out:
+        assert len(result.lines) >= 2 and len(result.images) == len(result.lines)
+        for line in result.lines:
+            validate(line.text, line.time)
+        bars = sum(len(bar_lengths(x.text, x.time)) for x in result.lines)
+        assert bars == len(bar_lengths(job.text))
+
+
+def test_a_verovio_page_whose_cut_misses_a_staff_is_dropped(verovio_engraved, tmp_path):
+    """The cut's boxes must hold the staff rows Verovio's SVG reports, line by line: a line
+    whose rows lie outside its box (as a wrong cut would leave them) drops the page, counted.
+    A stored line image stands for a page of one line here."""
+    from sonfolio.score.data.page_data import PageResult, _cut_pages
+
+    cfg, out = verovio_engraved
+    job, result = out[0]
+    gray = Image.open(result.images[0]).convert("L")
+    [box] = split_page(np.asarray(gray), cfg.pages.cut)
+    settings = render_settings(cfg, find_lilypond())
+    moved = replace(job, dest=tmp_path)
+
+    def cut(rows):
+        page = _cut_pages(moved, cfg.pages, settings, cfg.seed, PageResult(),
+                          result.lines[:1], [gray], [1], [rows])  # fmt: skip
+        return len(page.lines), page.dropped["page_cut_mismatch"]
+
+    assert cut([(box.top + 2.0, box.bottom - 2.0)]) == (1, 0)
+    assert cut([(box.bottom + 5.0, box.bottom + 40.0)]) == (0, 1)

@@ -6,6 +6,7 @@ import hashlib
 import json
 import random
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -112,7 +113,8 @@ def test_a_share_of_the_pieces_is_also_cut_from_pages(built):
 
 
 def test_every_image_agrees_with_its_text(built, lilypond, tmp_path):
-    """Re-render a sample of texts (train ones re-augmented with their seed): same pixels."""
+    """Re-render a sample of texts (train ones re-augmented with their seed), by LilyPond and
+    by Verovio as the manifest says: same pixels."""
     cfg, out, rows, _ = built
     # page lines are checked by tests/score/test_page_data.py
     alone = [r for r in rows if r["layout"] == "system"]
@@ -123,9 +125,11 @@ def test_every_image_agrees_with_its_text(built, lilypond, tmp_path):
             tmp_path / r["image"],
             augment_seed(cfg.seed, r["image"]) if r["split"] == "train" else None,
             Setting(r["time"], r["bar"]),
+            r["engraver"],
         )
         for r in sample
     ]
+    assert {r["engraver"].split(":")[0] for r in sample} == {"lilypond", "verovio"}
     assert render_batch(jobs, render_settings(cfg, lilypond)) == [None] * len(jobs)
     for r, job in zip(sample, jobs, strict=True):
         stored = np.asarray(Image.open(out / r["image"]))
@@ -138,7 +142,9 @@ def test_only_the_train_split_is_augmented(built, lilypond, tmp_path):
     train = next(r for r in rows if r["split"] == "train" and r["layout"] == "system")
     other = next(r for r in rows if r["split"] != "train" and r["layout"] == "system")
     jobs = [
-        RenderJob(r["text"], tmp_path / r["image"], None, Setting(r["time"], r["bar"]))
+        RenderJob(
+            r["text"], tmp_path / r["image"], None, Setting(r["time"], r["bar"]), r["engraver"]
+        )
         for r in (train, other)
     ]
     render_batch(jobs, render_settings(cfg, lilypond))
@@ -219,3 +225,47 @@ def test_an_archive_with_the_wrong_checksum_is_refused(params, tmp_path, archive
     with pytest.raises(SourceConfigError, match=f"has sha256 {sha}, but params.yaml expects"):
         run(cfg, SCORE, tmp_path / "cache", tmp_path / "out", tmp_path / "stats.json")
     assert not (tmp_path / "out").exists()
+
+
+def test_each_piece_has_one_engraver_and_the_heldout_font_none(built):
+    cfg, _, rows, _ = built
+    alone = [r for r in rows if r["layout"] == "system"]
+    by_piece: dict[str, set[str]] = {}
+    for r in alone:
+        by_piece.setdefault(r["piece"], set()).add(r["engraver"])
+    assert all(len(e) == 1 for e in by_piece.values())
+    used = {e for es in by_piece.values() for e in es}
+    fonts = {f"verovio:{f}" for f in cfg.engravers.verovio_fonts}
+    assert "lilypond" in used and used - {"lilypond"} <= fonts and used & fonts
+    assert f"verovio:{cfg.engravers.heldout_font}" not in used
+
+
+def test_the_engraver_share_follows_the_setting():
+    from sonfolio.config.data import ScoreEngravers
+    from sonfolio.score.data.dataset import engraver_of
+
+    cfg = ScoreEngravers(
+        lilypond=0.25, verovio_fonts=["Bravura", "Petaluma"], heldout_font="Leland"
+    )
+    drawn = Counter(engraver_of(f"piece{k}", cfg, 0) for k in range(4000))
+    assert abs(drawn["lilypond"] / 4000 - 0.25) < 0.03
+    assert set(drawn) == {"lilypond", "verovio:Bravura", "verovio:Petaluma"}
+    only = cfg.model_copy(update={"lilypond": 1.0})
+    assert {engraver_of(f"piece{k}", only, 0) for k in range(100)} == {"lilypond"}
+
+
+@pytest.mark.parametrize(
+    ("update", "message"),
+    [
+        ({"heldout_font": "Bravura"}, "held-out font Bravura is also in verovio_fonts"),
+        ({"verovio_fonts": []}, "verovio_fonts is empty"),
+    ],
+)
+def test_engraver_settings_that_cannot_work_are_named(update, message):
+    from pydantic import ValidationError
+
+    from sonfolio.config.data import ScoreEngravers
+
+    good = {"lilypond": 0.5, "verovio_fonts": ["Bravura"], "heldout_font": "Leland"}
+    with pytest.raises(ValidationError, match=message):
+        ScoreEngravers(**(good | update))

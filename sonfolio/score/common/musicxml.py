@@ -271,10 +271,23 @@ class _Writer:
             self.measure.insert(el.offset, dynamics.Dynamic(tok[1:]))
 
 
-def score_of(systems: Sequence[tuple[str, str | None]], title: str = "") -> stream.Score:
+def score_of(
+    systems: Sequence[tuple[str | None, str | None]],
+    title: str = "",
+    time: str | None = None,
+    first_bar: int | None = None,
+) -> stream.Score:
     """One part from canonical systems in order: (text, or None for a system left out, and
-    the note that stands in its place)."""
+    the note that stands in its place). `time`: the time signature in force before the first
+    system when its header prints none (a continuation system): in force, not printed.
+    `first_bar`: the number of the first bar (a continuation system's; default 1, a pickup 0).
+    """
     writer = _Writer()
+    if time is not None:
+        writer.time = time
+        hidden = meter.TimeSignature(time)
+        hidden.style.hideObjectOnPrint = True  # <time print-object="no">: beams need it
+        writer.measure.insert(0, hidden)
     for text, gap in systems:
         if text is None:
             writer.annotate(gap or "a system left out")
@@ -285,6 +298,9 @@ def score_of(systems: Sequence[tuple[str, str | None]], title: str = "") -> stre
         # what stands after the last music (the note of a last system left out), or the one
         # measure of a score that has no music at all, which says why
         writer.part.append(writer.measure)
+    if first_bar is not None:
+        for k, measure in enumerate(writer.part.getElementsByClass(stream.Measure)):
+            measure.number = first_bar + k
     score = stream.Score([writer.part])
     score.metadata = metadata.Metadata(title=title or "read by sonfolio")
     return score

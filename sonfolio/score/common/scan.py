@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 KINDS = ("dpi", "jpeg", "threshold", "skew", "perspective", "curl", "light", "bleed", "breaks")
 PAPER = 255
+A4_WIDTH_IN = 210 / 25.4
 
 
 def scan_like(
@@ -49,6 +50,8 @@ def scan_like(
 
     rng = np.random.default_rng(seed)
     page = np.ascontiguousarray(gray)
+    # score_data.scan.breaks counts the gaps across an A4 page's width: as many per inch here
+    gaps = round(cfg.breaks * page.shape[1] / (A4_WIDTH_IN * dpi))
     if "dpi" in kinds:
         target = float(rng.uniform(*cfg.dpi))
         if target < dpi:
@@ -73,7 +76,7 @@ def scan_like(
             mode="gaussian", intensity_range=(cfg.light / 2, cfg.light), effect_type="darken", p=1.0
         ),
         "breaks": lambda: A.XYMasking(
-            num_masks_x=(cfg.breaks // 2, cfg.breaks), mask_x_length=(1, 3), fill=PAPER, p=1.0
+            num_masks_x=(max(1, gaps // 2), max(1, gaps)), mask_x_length=(1, 3), fill=PAPER, p=1.0
         ),
         "jpeg": lambda: A.ImageCompression(quality_range=tuple(cfg.jpeg_quality), p=1.0),
     }

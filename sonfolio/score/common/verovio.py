@@ -7,7 +7,8 @@ or Petaluma (a handwritten style), and lays a piece out on pages itself, breakin
 it chooses. `engrave_pages` renders a piece's MusicXML (music21 writes it) into page images and
 says, for each page, which systems it holds and which measures each system holds: the truth of
 each page line comes from the engraver's own layout, read from the SVG it writes, not guessed
-from the image.
+from the image. `engrave_system` engraves one canonical system on one line, as the data stage's
+system images are.
 
 Rasterised with resvg (PyPI `resvg-py`: one self-contained wheel, no system Cairo needed); the
 SVG draws every music glyph as a path from its own definitions, so no font need be installed.
@@ -106,3 +107,41 @@ def _systems(svg: str, scale: float, tk: object) -> list[SystemLayout]:
         if rows:
             found.append(SystemLayout(min(rows), max(rows), tuple(measures)))
     return sorted(found, key=lambda s: s.top)
+
+
+def engrave_system(
+    text: str, font: str, time: str | None = None, first_bar: int | None = None
+) -> np.ndarray:
+    """One canonical system engraved by Verovio in `font` on one line, as a grey image cropped
+    to the music (Verovio sizes the page to it), staff space 18 px. `time`: the time signature
+    in force when the header prints none (kept for beaming, not drawn); `first_bar`: the
+    number of its first bar.
+
+    Raises:
+        ValueError: `font` is not one of FONTS, or Verovio cannot read the MusicXML.
+    """
+    import resvg_py
+    import verovio
+
+    from sonfolio.score.common.musicxml import musicxml_bytes, score_of
+
+    if font not in FONTS:
+        raise ValueError(f"unknown Verovio font {font!r}; choose one of {', '.join(FONTS)}")
+    xml = musicxml_bytes(score_of([(text, None)], time=time, first_bar=first_bar))
+    tk = verovio.toolkit()
+    tk.setOptions(
+        {
+            "font": font,
+            "breaks": "none",  # one line, however long
+            "adjustPageWidth": True,  # the page as large as the music
+            "adjustPageHeight": True,
+            "scale": 100,
+            "header": "none",
+            "footer": "none",
+        }
+    )
+    if not tk.loadData(xml.decode("utf-8")):
+        raise ValueError("Verovio could not read the MusicXML")
+    png = resvg_py.svg_to_bytes(svg_string=tk.renderToSVG(1), background="white")
+    with Image.open(io.BytesIO(bytes(png))) as img:
+        return np.asarray(img.convert("L"))

@@ -39,7 +39,7 @@ from sonfolio.score.data.sources import Unit, display_name, list_units
 from sonfolio.score.data.synth import synth_systems
 
 if TYPE_CHECKING:
-    from sonfolio.config.data import ScoreData, ScoreLimits, ScoreSplit
+    from sonfolio.config.data import ScoreData, ScoreEngravers, ScoreLimits, ScoreSplit
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +79,7 @@ class Entry:
     time: str | None = None  # the time in force when the header prints none (System.time)
     bar: int = 1  # the number of the system's first bar, printed above it unless it is 1
     layout: str = "system"  # "system": engraved alone; "page": a line cut from a page
+    engraver: str = "lilypond"  # or "verovio:<font>" (score_data.engravers)
 
 
 def parse_unit(
@@ -160,6 +161,17 @@ def augment_seed(seed: int, image: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}/{image}".encode()).digest()[:4], "big")
 
 
+def engraver_of(piece: str, cfg: ScoreEngravers, seed: int) -> str:
+    """Who engraves a piece's systems: LilyPond for a `cfg.lilypond` share of the pieces,
+    else Verovio in a font drawn from `cfg.verovio_fonts` (both seeded by the piece)."""
+    digest = hashlib.sha256(f"{seed}/engraver/{piece}".encode()).digest()
+    if int.from_bytes(digest[:8], "big") / 2**64 < cfg.lilypond or not cfg.verovio_fonts:
+        return "lilypond"
+    return (
+        f"verovio:{cfg.verovio_fonts[int.from_bytes(digest[8:12], 'big') % len(cfg.verovio_fonts)]}"
+    )
+
+
 def plan(systems: list[tuple[System, str]], cfg: ScoreData) -> list[Entry]:
     """Assign splits and image paths; stable order so ids never depend on worker timing."""
     entries: list[Entry] = []
@@ -168,9 +180,11 @@ def plan(systems: list[tuple[System, str]], cfg: ScoreData) -> list[Entry]:
         split = split_of(system.piece, collection, cfg.split)
         image = f"images/{split}/{counters[split]:06d}.png"
         counters[split] += 1
+        engraver = engraver_of(system.piece, cfg.engravers, cfg.seed)
         entries.append(
-            Entry(image, system.text, system.piece, collection, split, system.time, system.bar)
-        )
+            Entry(image, system.text, system.piece, collection, split, system.time, system.bar,
+                  engraver=engraver)
+        )  # fmt: skip
     return entries
 
 
@@ -181,6 +195,7 @@ def render_jobs(entries: Sequence[Entry], cfg: ScoreData, out: Path) -> list[Ren
             out / e.image,
             augment_seed(cfg.seed, e.image) if e.split == "train" else None,
             Setting(e.time, e.bar),
+            e.engraver,
         )
         for e in entries
     ]
@@ -193,7 +208,7 @@ def synthetic(n_real: int, cfg: ScoreData) -> list[tuple[System, str]]:
 
 
 def render_settings(cfg: ScoreData, lilypond: Path) -> RenderSettings:
-    return RenderSettings(lilypond, cfg.resolution_dpi, cfg.image_long_side, cfg.augment)
+    return RenderSettings(lilypond, cfg.resolution_dpi, cfg.image_long_side, cfg.augment, cfg.scan)
 
 
 def check_skips(parsed: list[Parsed], max_fraction: float) -> Counter[str]:
@@ -275,8 +290,9 @@ def page_jobs(parsed: list[Parsed], cfg: ScoreData, out: Path) -> list[tuple[Pag
             # names from a hash: piece ids hold any character a user's file name holds
             stem = hashlib.sha256(f"{whole.piece}/{whole.index}".encode()).hexdigest()[:16]
             layout = layout_for(whole.piece, cfg.pages, cfg.seed, title)
+            engraver = engraver_of(whole.piece, cfg.engravers, cfg.seed)
             job = PageJob(whole.piece, whole.text, layout, out / "images" / split / "pages", stem,
-                          augment=split == "train")  # fmt: skip
+                          augment=split == "train", engraver=engraver)  # fmt: skip
             jobs.append((job, p.unit.collection, split))
     return sorted(jobs, key=lambda j: (j[0].piece, j[0].stem))
 
@@ -314,7 +330,17 @@ def page_entries(
         for image, line in zip(result.images, result.lines, strict=True):
             rel = image.relative_to(out).as_posix()
             entries.append(
-                Entry(rel, line.text, job.piece, collection, split, line.time, line.bar, "page")
+                Entry(
+                    rel,
+                    line.text,
+                    job.piece,
+                    collection,
+                    split,
+                    line.time,
+                    line.bar,
+                    "page",
+                    job.engraver,
+                )  # fmt: skip
             )
     log.info("%d page lines from %d parts; dropped %s", len(entries), len(jobs), dict(dropped))
     return entries, dropped

@@ -71,6 +71,7 @@ class PageJob:
     dest: Path  # images go to dest / f"{stem}-{k:03d}.png"
     stem: str
     augment: bool  # the train split's images are degraded (seeded per image)
+    engraver: str = "lilypond"  # or "verovio:<font>": Verovio lays the pages out
 
 
 @dataclass
@@ -278,6 +279,8 @@ def page_systems(
     if len(lengths) > cfg.max_bars:
         result.dropped["page_too_long"] += 1
         return result
+    if job.engraver != "lilypond":
+        return _verovio_pages(job, cfg, render, seed, result)
     total = sum(lengths, Fraction(0))
     with tempfile.TemporaryDirectory(prefix="sonfolio-page-") as tmp:
         try:
@@ -297,32 +300,94 @@ def page_systems(
             log.debug("%s: layout not proven: %s", job.piece, err)
             result.dropped["page_layout_unproven"] += 1
             return result
-        cut = lines(text, counts)
-        for line in cut:
-            try:
-                validate(line.text, line.time)
-            except CanonicalError as err:  # a bug of `lines`: never store a wrong text
-                log.error("page line dropped (please report): %s\n%s", err, line.text)
-                result.dropped["page_invalid_line"] += 1
-                return PageResult(dropped=result.dropped)
-        first = 0
+        grays = []
         for page in pages:
-            here = cut[first : first + len(page.systems)]
-            first += len(page.systems)
             with Image.open(page.png) as raw:
-                gray = raw.convert("L")
-            boxes = split_page(np.asarray(gray), cfg.cut)
-            if len(boxes) != len(here):
-                result.dropped["page_cut_mismatch"] += len(here)
-                continue
-            for box, line in zip(boxes, here, strict=True):
-                dest = job.dest / f"{job.stem}-{len(result.lines):03d}.png"
-                image_seed = _seed(seed, dest.name) if job.augment else None
-                crop = gray.crop((box.left, box.top, box.right, box.bottom))
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                finish(crop, render, image_seed).save(dest, compress_level=1)
-                result.images.append(dest)
-                result.lines.append(line)
+                grays.append(raw.convert("L"))
+        return _cut_pages(job, cfg, render, seed, result, lines(text, counts), grays,
+                          [len(p.systems) for p in pages])  # fmt: skip
+
+
+def _verovio_pages(
+    job: PageJob, cfg: ScorePages, render: RenderSettings, seed: int, result: PageResult
+) -> PageResult:
+    """`page_systems` for a Verovio job: its pages at cfg.dpi, each system's bars read from
+    Verovio's SVG; ties across its line breaks removed and the part engraved again, which must
+    break at the same bars."""
+    from sonfolio.score.common.musicxml import musicxml_bytes, score_of
+    from sonfolio.score.common.verovio import engrave_pages
+
+    font = job.engraver.removeprefix("verovio:")
+    width = round(210 / 25.4 * cfg.dpi)  # A4 at the pages' resolution
+
+    def layout(text: str) -> tuple[list, list[int]]:
+        xml = musicxml_bytes(score_of([(text, None)])).decode("utf-8")
+        pages = engrave_pages(xml, font, width)
+        counts = [len(s.measures) for p in pages for s in p.systems]
+        if sum(counts) != len(take_apart(text).bars) or min(counts, default=0) < 1:
+            raise LayoutUnproven(f"Verovio's systems hold {sum(counts)} measures")
+        return pages, counts
+
+    try:
+        pages, counts = layout(job.text)
+        text, removed = untied(take_apart(job.text), counts)
+        if removed:
+            pages, again = layout(text)
+            if again != counts:
+                result.dropped["page_layout_changed"] += 1
+                return result
+    except (LayoutUnproven, ValueError) as err:
+        log.debug("%s: Verovio layout not proven: %s", job.piece, err)
+        result.dropped["page_layout_unproven"] += 1
+        return result
+    grays = [Image.fromarray(p.gray) for p in pages]
+    rows = [[(s.top, s.bottom) for s in p.systems] for p in pages]
+    return _cut_pages(job, cfg, render, seed, result, lines(text, counts), grays,
+                      [len(p.systems) for p in pages], rows)  # fmt: skip
+
+
+def _cut_pages(
+    job: PageJob,
+    cfg: ScorePages,
+    render: RenderSettings,
+    seed: int,
+    result: PageResult,
+    cut: list[Line],
+    grays: list[Image.Image],
+    per_page: list[int],
+    staff_rows: list[list[tuple[float, float]]] | None = None,
+) -> PageResult:
+    """Cut each page (its `per_page` lines, in order) and write each line's image with its
+    text; a page whose cut does not give one box per line is dropped, counted, and so is one
+    where a box does not hold its line's staff (`staff_rows`: per page, each line's top and
+    bottom staff line rows, from an engraver that says where it drew them)."""
+    for line in cut:
+        try:
+            validate(line.text, line.time)
+        except CanonicalError as err:  # a bug of `lines`: never store a wrong text
+            log.error("page line dropped (please report): %s\n%s", err, line.text)
+            result.dropped["page_invalid_line"] += 1
+            return PageResult(dropped=result.dropped)
+    first = 0
+    for k, (gray, n) in enumerate(zip(grays, per_page, strict=True)):
+        here = cut[first : first + n]
+        first += n
+        boxes = split_page(np.asarray(gray), cfg.cut)
+        rows = None if staff_rows is None else staff_rows[k]
+        if len(boxes) != len(here) or (
+            rows is not None
+            and not all(b.top <= t and u <= b.bottom for b, (t, u) in zip(boxes, rows, strict=True))
+        ):
+            result.dropped["page_cut_mismatch"] += len(here)
+            continue
+        for box, line in zip(boxes, here, strict=True):
+            dest = job.dest / f"{job.stem}-{len(result.lines):03d}.png"
+            image_seed = _seed(seed, dest.name) if job.augment else None
+            crop = gray.crop((box.left, box.top, box.right, box.bottom))
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            finish(crop, render, image_seed).save(dest, compress_level=1)
+            result.images.append(dest)
+            result.lines.append(line)
     return result
 
 
