@@ -409,14 +409,36 @@ def _load_torch(folder: Path, track: str, threads: int | None, device: str) -> t
     if threads:
         torch.set_num_threads(threads)
     cls = tracks.face(track, "export").torch_model_class()
+    from safetensors import SafetensorError
+
     try:
         model = ctc.load_head(cls.from_pretrained(str(folder)), folder)
+    except SafetensorError as err:  # not an OSError: transformers lets it through as it is
+        names = ", ".join(str(p) for p in damaged_safetensors(folder)) or str(folder)
+        raise VariantError(
+            f"{names}: not a readable safetensors file ({err}): the file is damaged or cut "
+            "short; copy the model folder again or rerun the stage that wrote it"
+        ) from None
     except (OSError, ValueError, RuntimeError) as err:
         raise VariantError(
             f"{folder}: the PyTorch weights could not be loaded ({err}): re-save the model"
         ) from err
     where = _torch_device(device)
     return model.to(where).eval(), where
+
+
+def damaged_safetensors(folder: Path) -> list[Path]:
+    """The .safetensors files of `folder` whose header safetensors cannot read."""
+    from safetensors import safe_open
+
+    bad = []
+    for path in sorted(folder.glob("*.safetensors")):
+        try:
+            with safe_open(str(path), framework="np"):
+                pass
+        except Exception:  # noqa: BLE001 - SafetensorError and whatever a bad header raises
+            bad.append(path)
+    return bad
 
 
 def _provider(device: str) -> str:

@@ -1,4 +1,4 @@
-"""Hostile inputs, round two (issue 35, items 6, 7, 9, 10, 11): each a clear error that names the
+"""Hostile inputs, round two (issue 35, items 6, 7, 8, 9, 10, 11): each a clear error that names the
 input and the fix, or the right answer, never a traceback, a silent cut or an output that only
 looks written. Every input is made here, under tmp_path.
 """
@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import struct
 from pathlib import Path
 
@@ -148,3 +149,42 @@ def test_an_unusual_sample_rate_decodes_in_bounded_memory(tmp_path):
     peak, out = decode_noise_peak(tmp_path, 191_999, 60)
     assert abs(int(out) - 960_000) <= 10  # 60 s at 16 kHz, within 0.001 %
     assert peak < 300, f"{peak:.0f} MB to decode 60 s at 191,999 Hz"
+
+
+def ct2_header(dtype_id: int, nbytes: int) -> bytes:
+    """A CTranslate2 model.bin (binary version 6) of one variable of shape [3] whose byte count
+    is no whole number of its dtype's values."""
+
+    def text(s: str) -> bytes:
+        raw = s.encode() + b"\0"
+        return struct.pack("<H", len(raw)) + raw
+
+    head = struct.pack("<I", 6) + text("WhisperSpec") + struct.pack("<II", 1, 1)
+    var = text("encoder/w") + struct.pack("<BIBI", 1, 3, dtype_id, nbytes) + bytes(nbytes)
+    return head + var + struct.pack("<I", 0)
+
+
+@pytest.mark.parametrize(("dtype_id", "kind"), [(0, "float32"), (5, "bfloat16")])
+def test_a_crafted_ct2_header_is_refused_naming_the_file(tmp_path, dtype_id, kind):
+    from sonfolio.speech.model.ct2_import import Ct2FolderError, read_model_bin
+
+    path = tmp_path / "model.bin"
+    path.write_bytes(ct2_header(dtype_id, 3))
+    with pytest.raises(Ct2FolderError, match=rf"model\.bin: encoder/w holds 3 bytes.*{kind}"):
+        read_model_bin(path)
+
+
+def test_a_damaged_safetensors_header_names_the_file_and_the_fix(tmp_path, capsys, score_folder):
+    folder = tmp_path / "model"
+    shutil.copytree(score_folder, folder)
+    weights = folder / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[8:20] = b"{not a json!"  # the header's JSON, after its 8-byte length
+    weights.write_bytes(bytes(data))
+    image = tmp_path / "system.png"
+    upright_system().save(image)
+    argv = ["read", str(image), "--model", str(folder), "--params", PARAMS, "--device", "cpu"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"{weights}: not a readable safetensors file" in err
+    assert "copy the model folder again" in err and "Traceback" not in err

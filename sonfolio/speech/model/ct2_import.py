@@ -153,6 +153,12 @@ def read_model_bin(path: Path) -> tuple[str, dict[str, np.ndarray]]:
                 raise Ct2FolderError(f"{path}: {name} has an unknown dtype id {dtype_id}")
             raw = r.take(nbytes, name)
             dtype = _DTYPES[dtype_id]
+            itemsize = 2 if dtype == "bfloat16" else np.dtype(dtype).itemsize
+            if nbytes % itemsize:
+                raise Ct2FolderError(
+                    f"{path}: {name} holds {nbytes} bytes, not a whole number of {dtype} "
+                    "values (damaged): copy or convert the model again"
+                )
             if dtype == "bfloat16":  # numpy has none: the high half of a float32
                 data = (np.frombuffer(raw, np.uint16).astype(np.uint32) << 16).view(np.float32)
             else:
