@@ -60,3 +60,17 @@ def file_sha256(path: Path) -> str:
     file still changes the manifest.
     """
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def damaged_safetensors(folder: Path) -> list[Path]:
+    """The .safetensors files of `folder` whose header safetensors cannot read."""
+    from safetensors import safe_open
+
+    bad = []
+    for path in sorted(folder.glob("*.safetensors")):
+        try:
+            with safe_open(str(path), framework="np"):
+                pass
+        except Exception:  # noqa: BLE001 - SafetensorError and whatever a bad header raises
+            bad.append(path)
+    return bad

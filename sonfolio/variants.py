@@ -411,6 +411,8 @@ def _load_torch(folder: Path, track: str, threads: int | None, device: str) -> t
     cls = tracks.face(track, "export").torch_model_class()
     from safetensors import SafetensorError
 
+    from sonfolio.io import damaged_safetensors
+
     try:
         model = ctc.load_head(cls.from_pretrained(str(folder)), folder)
     except SafetensorError as err:  # not an OSError: transformers lets it through as it is
@@ -425,20 +427,6 @@ def _load_torch(folder: Path, track: str, threads: int | None, device: str) -> t
         ) from err
     where = _torch_device(device)
     return model.to(where).eval(), where
-
-
-def damaged_safetensors(folder: Path) -> list[Path]:
-    """The .safetensors files of `folder` whose header safetensors cannot read."""
-    from safetensors import safe_open
-
-    bad = []
-    for path in sorted(folder.glob("*.safetensors")):
-        try:
-            with safe_open(str(path), framework="np"):
-                pass
-        except Exception:  # noqa: BLE001 - SafetensorError and whatever a bad header raises
-            bad.append(path)
-    return bad
 
 
 def _provider(device: str) -> str:
