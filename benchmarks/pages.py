@@ -1,7 +1,16 @@
-"""Whole pages of held-out music, engraved with LilyPond's default page layout, read end to end
-as `sonfolio read --page` reads them, and compared with the truth note by note.
+"""Whole pages of held-out music, engraved by LilyPond and by Verovio, clean and made to look
+scanned or photographed, read end to end as `sonfolio read --page` reads them, and compared
+with the truth note by note.
 
     python -m benchmarks.pages [--pieces 24] [--model DIR] [--dpi 200] [--paper a4]
+        [--engravings lilypond lilypond+scan verovio:Leland verovio:Leland+scan]
+
+Engravings (sonfolio/score/eval/engravings.py): `lilypond`, LilyPond's default layout as below
+(the training engraver; its figures are the top-level ones, as before engravings were added);
+`verovio:<font>`, Verovio's own layout in one of its SMuFL fonts (Leland: the font the data
+stage keeps out of training); `+scan`, each page made scan-like (score_data.scan: resolution,
+JPEG, threshold, skew, perspective, curl, light, bleed-through, broken lines; seeded per
+page). `by_engraving` in the JSON has each one's figures on the same pieces.
 
 Pieces: whole pieces of the collections params.yaml holds out of training
 (score_data.split.heldout_collections) and of music21 collections no score_data source uses
@@ -61,16 +70,25 @@ from sonfolio.score.data.convert import systems_from_score
 from sonfolio.score.data.parse import SourceError, abc_tune_score, abc_tunes, pieces_from_file
 from sonfolio.score.data.sources import Unit, list_units
 from sonfolio.score.eval import page_eval
+from sonfolio.score.eval.engravings import (
+    ENGRAVING,
+    HeldOutPage,
+    LayoutUnknown,
+    scanned,
+    verovio_pages,
+)
 from sonfolio.score.eval.page_eval import (
     Note,
     notes_of,
-    page_truth,
     read_page,
     summarize,
     system_note_rates,
 )
 
 RESULTS = Path("benchmarks/results/pages.json")
+# LilyPond (the training engraver) first: its figures are the top-level ones; Leland is the
+# Verovio font the data stage never draws (score_data.engravers.heldout_font)
+ENGRAVINGS = ("lilypond", "lilypond+scan", "verovio:Leland", "verovio:Leland+scan")
 WHOLE_PIECE = 100_000  # bars per system: the converter gives the whole part as one text
 
 
@@ -165,45 +183,73 @@ def test_split_figures(metrics: Path, predictions: Path, variant: str) -> dict[s
     return out
 
 
+def clean_pages(engraver: str, piece: Piece, work: Path, exe: Path, args: Any) -> list[Any]:
+    """A piece's clean pages by one engraver, each with the span of the piece it holds."""
+    if engraver.startswith("verovio:"):
+        return verovio_pages(piece.text, engraver.split(":")[1], work / engraver, args.dpi)
+    pages = engrave(piece.text, piece.title, work / "lilypond", exe, args.dpi, args.paper)
+    return [HeldOutPage(p.png, p.systems[0][0], p.systems[-1][1], len(p.systems)) for p in pages]
+
+
 def run(args: argparse.Namespace, params: Params, variant: Any, work: Path) -> dict[str, Any]:
+    """Each piece engraved by every engraving of --engravings, its pages read; the figures of
+    LilyPond's clean pages at the top (as before engravings were added), each engraving's
+    under `by_engraving`. A piece one engraver cannot lay out provably is skipped for all."""
     exe = find_lilypond(params.score_data.lilypond)
     counts: Counter[str] = Counter()
-    rows, pieces, read_s = [], [], 0.0
+    rows: dict[str, list[dict]] = {e: [] for e in args.engravings}
+    pieces, read_s = [], dict.fromkeys(args.engravings, 0.0)
     for unit in candidate_units(params, args.extra, args.seed):
         if len(pieces) == args.pieces:
             break
         piece = load_piece(unit, counts)
         if piece is None:
             continue
+        here = work / f"{len(pieces):03d}"
+        engravers = dict.fromkeys(ENGRAVING.fullmatch(e).group(1) for e in args.engravings)
         try:
-            pages = engrave(
-                piece.text, piece.title, work / f"{len(pieces):03d}", exe, args.dpi, args.paper
-            )
-        except LayoutUnproven as err:
+            clean = {e: clean_pages(e, piece, here, exe, args) for e in engravers}
+        except (LayoutUnproven, LayoutUnknown) as err:
             logging.warning("%s: %s", unit.piece, err)
             counts["layout_unproven"] += 1
             continue
         notes, _ = notes_of(piece.text)
-        for number, page in enumerate(pages, 1):
-            reading, seconds = read_page(variant, page.png, params.infer)
-            read_s += seconds
-            rows.append(page_row(piece, number, page, page_truth(notes, page), reading))
-            rows[-1]["read_s"] = round(seconds, 3)
+        for name in args.engravings:
+            pages = clean[ENGRAVING.fullmatch(name).group(1)]
+            if name.endswith("+scan"):
+                key = f"{name}/{unit.piece}"
+                pages = [scanned(p, args.dpi, params.score_data.scan, f"{key}/{k}")
+                         for k, p in enumerate(pages)]  # fmt: skip
+            for number, page in enumerate(pages, 1):
+                reading, seconds = read_page(variant, page.png, params.infer)
+                read_s[name] += seconds
+                truth = [n for n in notes if page.start <= n.onset < page.end]
+                span = Page(page.png, [(page.start, page.end)])
+                row = page_row(piece, number, span, truth, reading)
+                rows[name].append({**row, "engraving": name, "true_systems": page.systems,
+                                   "read_s": round(seconds, 3)})  # fmt: skip
         pieces.append(
             {
                 "piece": unit.piece,
                 "title": piece.title,
-                "pages": len(pages),
-                "systems": sum(len(p.systems) for p in pages),
+                "pages": {e: len(p) for e, p in clean.items()},
                 "truth_notes": len(notes),
                 "truth_matches_music21": [(n.pitch, n.length) for n in notes] == piece.music21,
             }
         )
-    result = summarize(rows)
-    result["pages_per_second"] = round(len(rows) / read_s, 3) if read_s else None
+
+    def figures(name: str) -> dict[str, Any]:
+        out = summarize(rows[name])
+        out["pages_per_second"] = round(len(rows[name]) / read_s[name], 3) if read_s[name] else None
+        return out
+
+    head = args.engravings[0]
+    result = figures(head)
+    result["headline_engraving"] = head
+    result["by_engraving"] = {name: figures(name) for name in args.engravings}
     result["pieces"] = pieces
     result["skipped_pieces"] = dict(counts)
-    result["rows"] = rows
+    result["rows"] = [r for name in args.engravings for r in rows[name]]
     return result
 
 
@@ -222,10 +268,17 @@ def main() -> None:
     parser.add_argument("--model", type=Path, help="default: as `sonfolio read` picks it")
     parser.add_argument("--dpi", type=int, default=200, help="page render resolution")
     parser.add_argument("--paper", default="a4", help="LilyPond paper size (a4, letter...)")
+    parser.add_argument(
+        "--engravings", nargs="+", default=list(ENGRAVINGS),
+        help="lilypond, verovio:<font>, either with +scan; the first gives the top-level figures",
+    )  # fmt: skip
     parser.add_argument("--threads", type=int, default=2, help="the model's CPU threads")
     parser.add_argument("--keep", type=Path, help="keep the engraved pages in this folder")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
+    bad = [e for e in args.engravings if not ENGRAVING.fullmatch(e)]
+    if bad:
+        parser.error(f"--engravings {bad}: write lilypond or verovio:<font>, maybe with +scan")
     logging.basicConfig(level=logging.WARNING)
     from sonfolio.infer.run import load_model
 
@@ -250,8 +303,10 @@ def main() -> None:
     )  # fmt: skip
     result["conditions"] = {
         "model": str(model),
-        "truth": "per page: LilyPond's own layout (page-post-process hook: each system's first "
-        "and last moment), checked to tile each piece exactly",
+        "truth": "per page: its engraver's own layout (LilyPond: a page-post-process hook gives "
+        "each system's first and last moment, checked to tile each piece exactly; Verovio: its "
+        "SVG names each system's measures, checked to hold every measure once, in order)",
+        "engravings": args.engravings,
         "dpi": args.dpi,
         "paper": args.paper,
         "seed": args.seed,
@@ -266,17 +321,30 @@ def main() -> None:
 
 def print_table(result: dict[str, Any]) -> None:
     table = Table(title=f"pages read end to end ({result['conditions']['model']})")
-    for col in ("piece", "page", "systems true/found/valid", "notes true/pred", "NER", "NER pitch"):
+    cols = ("engraving", "piece", "page", "systems true/found/valid", "notes true/pred", "NER",
+            "NER pitch")  # fmt: skip
+    for col in cols:
         table.add_column(col, overflow="fold")
     for r in result["rows"]:
         n = max(r["truth_notes"], 1)
         table.add_row(
-            r["piece"], str(r["page"]),
+            r["engraving"], r["piece"], str(r["page"]),
             f"{r['true_systems']}/{r['found_systems']}/{r['valid_systems']}",
             f"{r['truth_notes']}/{r['predicted_notes']}",
             f"{r['distance'] / n:.3f}", f"{r['distance_pitch'] / n:.3f}",
         )  # fmt: skip
     console().print(table)
+    each = Table(title="per engraving (the same pieces)")
+    for col in ("engraving", "pages", "systems found/true", "valid", "NER", "NER pitch",
+                "most common note"):  # fmt: skip
+        each.add_column(col)
+    for name, f in result["by_engraving"].items():
+        each.add_row(
+            name, str(f["pages"]), f"{f['found_systems']}/{f['true_systems']}",
+            str(f["valid_rate"]), str(f["note_error_rate"]), str(f["note_error_rate_pitch"]),
+            str(f["baseline_most_common_note"]["note_error_rate"]),
+        )  # fmt: skip
+    console().print(each)
     base = result["baseline_most_common_note"]
     test = result.get("note_error_rate_test_systems") or {}
     ratio = result["systems_found_ratio"]

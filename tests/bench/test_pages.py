@@ -158,3 +158,27 @@ def test_summary_sums_over_pages():
     assert s["systems_found_ratio"]["pages_within_0.95_1.05"] == 0.5
     assert s["baseline_most_common_note"]["note_error_rate"] == 1.0
     assert Note("C4", Fraction(1), Fraction(0)).pitch == "C4"
+
+
+@pytest.mark.slow
+def test_a_piece_is_read_in_every_engraving_asked_for(tmp_path):
+    """run() on one held-out piece, LilyPond clean and Verovio's held-out font made scan-like,
+    by an untrained tiny model: each engraving's figures on the same notes, LilyPond's on top."""
+    import argparse
+
+    from infer_tiny import score_model
+
+    from benchmarks.pages import run
+    from sonfolio.infer.run import load_model
+
+    params = load_params()
+    variant = load_model(score_model(tmp_path / "model"), "score", 1, "cpu")
+    kinds = ["lilypond", "verovio:Leland+scan"]
+    args = argparse.Namespace(pieces=1, seed=0, extra=[], dpi=100, paper="a4", engravings=kinds)
+    result = run(args, params, variant, tmp_path / "work")
+    assert len(result["pieces"]) == 1 and result["headline_engraving"] == "lilypond"
+    by = result["by_engraving"]
+    assert set(by) == set(kinds)
+    assert by["lilypond"]["truth_notes"] == by["verovio:Leland+scan"]["truth_notes"] > 0
+    assert result["note_error_rate"] == by["lilypond"]["note_error_rate"]
+    assert {r["engraving"] for r in result["rows"]} == set(kinds)
