@@ -243,6 +243,7 @@ def load(folder: Path, threads: int | None = None, device: str = "auto") -> Vari
     if not folder.is_dir():
         raise VariantError(f"{folder} is not a folder: train or export the model first")
     track = _track(folder)
+    tracks.face(track, "export").register_classes()  # a track's own model classes, if any
     tokenizer, processor = _preprocessing(folder, track)
     config = _config(folder)
     loop, model = None, None

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from sonfolio.config.params import Params
-from sonfolio.config.train import ScoreModel, SpeechModel
+from sonfolio.config.train import ScoreConv, ScoreModel, SpeechModel
 from sonfolio.score.model.batches import image_processor
 from sonfolio.score.model.model import build as build_score
 from sonfolio.speech.model.model import build as build_speech
@@ -51,8 +51,15 @@ def save_score(
 
     torch.manual_seed(0)
     tok = train_bpe(texts * 4, 300, 1, max_length)
+    conv = ScoreConv(channels=[8, 16, 32], width_pools=2, layers=1)
     cfg = ScoreModel(
-        pretrained=None, size="tiny", image_height=SHAPE[0], patch=(32, 8), dropout=None
+        pretrained=None,
+        size="tiny",
+        encoder="vit",
+        image_height=SHAPE[0],
+        patch=(32, 8),
+        conv=conv,
+        dropout=None,
     )
     model = build_score(cfg, tok, SHAPE[1])
     if pixels is not None:

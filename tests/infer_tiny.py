@@ -19,7 +19,7 @@ import yaml
 from PIL import Image
 
 from sonfolio.config.params import Params
-from sonfolio.config.train import ScoreModel, SpeechModel
+from sonfolio.config.train import ScoreConv, ScoreModel, SpeechModel
 from sonfolio.score.common.lilypond import compile_systems, find_lilypond
 from sonfolio.score.model.batches import image_processor
 from sonfolio.speech.common.audio import write_wav
@@ -46,8 +46,15 @@ def score_model(folder: Path) -> Path:
 
     torch.manual_seed(0)
     tok = train_bpe(SYSTEMS * 4, 300, 1, 64)
+    conv = ScoreConv(channels=[8, 16, 32], width_pools=2, layers=1)
     cfg = ScoreModel(
-        pretrained=None, size="tiny", image_height=SCORE_SHAPE[0], patch=(32, 8), dropout=None
+        pretrained=None,
+        size="tiny",
+        encoder="vit",
+        image_height=SCORE_SHAPE[0],
+        patch=(32, 8),
+        conv=conv,
+        dropout=None,
     )
     model = build(cfg, tok, SCORE_SHAPE[1])
     model.save_pretrained(str(folder))

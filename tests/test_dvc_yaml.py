@@ -153,6 +153,7 @@ FOR_ANOTHER_TRACK = {
     "qat@score": {"sonfolio/score/common"},
     "estimate@score": {"sonfolio/score/common"},
     "bench@score": {"sonfolio/score/common"},
+    "export@speech": {"sonfolio/speech/model"},  # score's export registers its conv encoder
 }
 
 

@@ -66,13 +66,25 @@ class TrainLoop(Strict):
     seed: int
 
 
+class ScoreConv(Strict):
+    """score_train.model.conv: the convolutional encoder (sonfolio/score/model/conv_encoder.py)."""
+
+    # a stride-2 stem's width, then each separable block's; each halves the height
+    channels: Annotated[list[Annotated[int, Field(ge=1, le=1024)]], Field(min_length=2)]
+    width_pools: Annotated[int, Field(ge=0, le=8)]  # how many of them halve the width too
+    layers: Annotated[int, Field(ge=0, le=24)]  # transformer layers over the frames after them
+
+
 class ScoreModel(Strict):
     """The score model: a pretrained one, or a size preset built here."""
 
     pretrained: Annotated[str, Field(min_length=1)] | None  # hub id or local folder; null: size
     size: Literal["tiny", "small", "base"]  # presets in sonfolio/score/model/model.py
+    # vit: ViT over whole-height patches; conv: conv blocks, then transformer layers
+    encoder: Literal["vit", "conv"]
     image_height: Annotated[int, Field(ge=16, le=1024)]  # px; systems are padded to it
-    patch: tuple[Positive, Positive]  # (height, width) of a ViT patch, px
+    patch: tuple[Positive, Positive]  # (height, width) of a ViT patch, px (encoder: vit)
+    conv: ScoreConv  # (encoder: conv)
     # dropout of every layer (encoder and decoder); null: the size's own (model.py SIZES)
     dropout: Annotated[float, Field(ge=0.0, lt=1.0)] | None
 

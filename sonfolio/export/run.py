@@ -102,6 +102,7 @@ def export_track(
             hidden = f".fp32_{source.name}_{'_'.join(source.quantize)}"
             fp32 = tmp / "fp32" if source.name == "ptq" else tmp / hidden
             log.info("exporting %s (%s) to ONNX", source.folder, source.name)
+            track.register_classes(onnx=True)
             export_fp32(source.folder, fp32, track.export_task, cfg)
             bar.advance(job)
             built = {"fp32": fp32} if source.name == "ptq" else {}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from transformers import (
     GPT2Config,
@@ -21,6 +21,7 @@ from transformers import (
     ViTConfig,
 )
 
+from sonfolio.score.model.conv_encoder import ScoreConvConfig
 from sonfolio.train import ctc, models
 from sonfolio.train.device import Backend
 
@@ -67,22 +68,7 @@ def build(
         return load_pretrained(cfg.pretrained, tokenizer)
     s = SIZES[cfg.size]
     dropout = s.dropout if cfg.dropout is None else cfg.dropout
-    if cfg.image_height % cfg.patch[0] or width % cfg.patch[1]:
-        raise ValueError(
-            f"score_train.model.patch = {list(cfg.patch)} must divide the image "
-            f"({cfg.image_height} x {width} px): change patch or image_height"
-        )
-    encoder = ViTConfig(
-        image_size=(cfg.image_height, width),
-        patch_size=tuple(cfg.patch),
-        num_channels=CHANNELS,
-        hidden_size=s.enc_dim,
-        num_hidden_layers=s.enc_layers,
-        num_attention_heads=s.enc_heads,
-        intermediate_size=4 * s.enc_dim,
-        hidden_dropout_prob=dropout,
-        attention_probs_dropout_prob=dropout,
-    )
+    encoder = _encoder_config(cfg, s, width, dropout)
     decoder = GPT2Config(
         vocab_size=len(tokenizer),
         n_positions=tokenizer.model_max_length,
@@ -102,6 +88,53 @@ def build(
     model = VisionEncoderDecoderModel(config=config)
     model.generation_config.update(**models.special_tokens(tokenizer))
     return unshifted_loss(model)
+
+
+def _encoder_config(cfg: ScoreModel, s: Size, width: int, dropout: float) -> Any:
+    """The encoder's config: ViT with whole-height patches, or the convolutional encoder
+    (sonfolio.score.model.conv_encoder: conv blocks, then the size's transformer layers over
+    one frame per `2 ** conv.width_pools` px of width).
+
+    Raises:
+        ValueError: the image does not divide into the patches or the conv blocks' pools.
+    """
+    h = cfg.image_height
+    if cfg.encoder == "conv":
+        conv = ScoreConvConfig(
+            image_size=(h, width),
+            num_channels=CHANNELS,
+            channels=list(cfg.conv.channels),
+            width_pools=cfg.conv.width_pools,
+            hidden_size=s.enc_dim,
+            num_hidden_layers=cfg.conv.layers,
+            num_attention_heads=s.enc_heads,
+            intermediate_size=4 * s.enc_dim,
+            hidden_dropout_prob=dropout,
+            attention_probs_dropout_prob=dropout,
+        )
+        if h % 2 ** len(cfg.conv.channels) or width % 2**cfg.conv.width_pools:
+            raise ValueError(
+                f"the conv encoder halves the height {len(cfg.conv.channels)} times and the "
+                f"width {cfg.conv.width_pools} times: {h} x {width} px does not divide; change "
+                "score_train.model.conv or image_height"
+            )
+        return conv
+    if h % cfg.patch[0] or width % cfg.patch[1]:
+        raise ValueError(
+            f"score_train.model.patch = {list(cfg.patch)} must divide the image "
+            f"({h} x {width} px): change patch or image_height"
+        )
+    return ViTConfig(
+        image_size=(h, width),
+        patch_size=tuple(cfg.patch),
+        num_channels=CHANNELS,
+        hidden_size=s.enc_dim,
+        num_hidden_layers=s.enc_layers,
+        num_attention_heads=s.enc_heads,
+        intermediate_size=4 * s.enc_dim,
+        hidden_dropout_prob=dropout,
+        attention_probs_dropout_prob=dropout,
+    )
 
 
 def unshifted_loss(model: VisionEncoderDecoderModel) -> VisionEncoderDecoderModel:

@@ -11,6 +11,15 @@ class ScoreExportFace:
     export_task = "image-to-text-with-past"  # optimum-onnx's task, with past key/values
     input_name = "pixel_values"  # (B, 1, H, W) float pixels in [0, 1], ink = 1
 
+    def register_classes(self, onnx: bool = False) -> None:
+        """Make the score model's own encoder (sonfolio.score.model.conv_encoder) known to
+        transformers' Auto classes, and with `onnx` to optimum's exporter: before a saved
+        folder is loaded or exported."""
+        from sonfolio.score.model import conv_encoder
+
+        if onnx:
+            conv_encoder.register_onnx()
+
     def torch_model_class(self) -> type:
         """The transformers class of a saved PyTorch folder (FP32 or QAT-trained)."""
         from transformers import VisionEncoderDecoderModel
@@ -37,8 +46,9 @@ class ScoreExportFace:
     pipeline_tag = "image-to-text"
     card_title = "Sonfolio score reader: staff system image to LilyPond"
     card_summary = (
-        "A ViT encoder and a GPT-2 decoder that write one staff system as canonical "
-        "LilyPond text, exported to ONNX with its KV cache (merged decoder)."
+        "A ViT or convolutional encoder with a CTC head and a GPT-2 decoder that write one "
+        "staff system as canonical LilyPond text, exported to ONNX with its KV cache (merged "
+        "decoder)."
     )
     card_data = (
         "staff systems of music21 corpus pieces (the collections of score_data.sources), "

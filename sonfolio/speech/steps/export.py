@@ -11,6 +11,9 @@ class SpeechExportFace:
     export_task = "automatic-speech-recognition-with-past"  # optimum-onnx's, with past keys/values
     input_name = "input_features"  # (B, mel bins, frames) log-mel features
 
+    def register_classes(self, onnx: bool = False) -> None:
+        """Nothing to register: Whisper is transformers' and optimum's own."""
+
     def torch_model_class(self) -> type:
         """The transformers class of a saved PyTorch folder (FP32 or QAT-trained)."""
         from transformers import WhisperForConditionalGeneration
