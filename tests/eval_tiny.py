@@ -9,9 +9,10 @@ import shutil
 from pathlib import Path
 
 import torch
+from infer_tiny import tiny_score  # tests/ is on sys.path
 
 from sonfolio.config.params import Params
-from sonfolio.config.train import ScoreConv, ScoreModel, SpeechModel
+from sonfolio.config.train import SpeechModel
 from sonfolio.score.model.batches import image_processor
 from sonfolio.score.model.model import build as build_score
 from sonfolio.speech.model.model import build as build_speech
@@ -51,17 +52,7 @@ def save_score(
 
     torch.manual_seed(0)
     tok = train_bpe(texts * 4, 300, 1, max_length)
-    conv = ScoreConv(channels=[8, 16, 32], width_pools=2, layers=1)
-    cfg = ScoreModel(
-        pretrained=None,
-        size="tiny",
-        encoder="vit",
-        image_height=SHAPE[0],
-        patch=(32, 8),
-        conv=conv,
-        dropout=None,
-    )
-    model = build_score(cfg, tok, SHAPE[1])
+    model = build_score(tiny_score(SHAPE[0]), tok, SHAPE[1])
     if pixels is not None:
         labels = label_ids(tok, texts, model.config.decoder_start_token_id)
         _train(model, {"pixel_values": pixels}, labels, steps)

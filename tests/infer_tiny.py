@@ -40,23 +40,20 @@ SYSTEMS = [  # canonical systems of about the same width, as on an engraved page
 SENTENCE = "Bonjour, il fait beau à Paris ce matin."
 
 
+def tiny_score(height: int, encoder: str = "vit") -> ScoreModel:
+    """score_train.model of the tiny size for `height`-px images: 32 x 8 ViT patches."""
+    conv = ScoreConv(channels=[8, 16, 32], width_pools=2, layers=1)
+    return ScoreModel(pretrained=None, size="tiny", encoder=encoder, image_height=height,
+                      patch=(32, 8), conv=conv, dropout=None)  # fmt: skip
+
+
 def score_model(folder: Path) -> Path:
     """An untrained tiny VisionEncoderDecoder saved as score_train saves one."""
     from sonfolio.score.model.model import build
 
     torch.manual_seed(0)
     tok = train_bpe(SYSTEMS * 4, 300, 1, 64)
-    conv = ScoreConv(channels=[8, 16, 32], width_pools=2, layers=1)
-    cfg = ScoreModel(
-        pretrained=None,
-        size="tiny",
-        encoder="vit",
-        image_height=SCORE_SHAPE[0],
-        patch=(32, 8),
-        conv=conv,
-        dropout=None,
-    )
-    model = build(cfg, tok, SCORE_SHAPE[1])
+    model = build(tiny_score(SCORE_SHAPE[0]), tok, SCORE_SHAPE[1])
     model.save_pretrained(str(folder))
     tok.save_pretrained(str(folder))
     image_processor(*SCORE_SHAPE).save_pretrained(str(folder))

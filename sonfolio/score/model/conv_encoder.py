@@ -18,6 +18,8 @@ has no CRNN-style vision encoder whose output is one sequence along the image's 
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 import torch
 from torch import nn
 from transformers import AutoConfig, AutoModel, PretrainedConfig, PreTrainedModel, ViTConfig
@@ -35,33 +37,26 @@ class ScoreConvConfig(PretrainedConfig):
 
     model_type = MODEL_TYPE
 
-    def __init__(
-        self,
-        image_size: tuple[int, int] | list[int] = (96, 640),
-        num_channels: int = 1,
-        channels: tuple[int, ...] | list[int] = (16, 32, 64, 96, 128),
-        width_pools: int = 2,
-        hidden_size: int = 128,
-        num_hidden_layers: int = 2,
-        num_attention_heads: int = 4,
-        intermediate_size: int = 512,
-        hidden_dropout_prob: float = 0.0,
-        attention_probs_dropout_prob: float = 0.0,
-        layer_norm_eps: float = 1e-6,
-        **kwargs: object,
-    ) -> None:
+    # every setting and its default (what a saved config.json holds)
+    DEFAULTS: ClassVar[dict[str, Any]] = {
+        "image_size": [96, 640],
+        "num_channels": 1,
+        "channels": [16, 32, 64, 96, 128],
+        "width_pools": 2,
+        "hidden_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "intermediate_size": 512,
+        "hidden_dropout_prob": 0.0,
+        "attention_probs_dropout_prob": 0.0,
+        "layer_norm_eps": 1e-6,
+    }
+
+    def __init__(self, **kwargs: Any) -> None:
+        for key, default in self.DEFAULTS.items():
+            value = kwargs.pop(key, default)
+            setattr(self, key, list(value) if isinstance(value, tuple) else value)
         super().__init__(**kwargs)
-        self.image_size = list(image_size)
-        self.num_channels = num_channels
-        self.channels = list(channels)
-        self.width_pools = width_pools
-        self.hidden_size = hidden_size
-        self.num_hidden_layers = num_hidden_layers
-        self.num_attention_heads = num_attention_heads
-        self.intermediate_size = intermediate_size
-        self.hidden_dropout_prob = hidden_dropout_prob
-        self.attention_probs_dropout_prob = attention_probs_dropout_prob
-        self.layer_norm_eps = layer_norm_eps
 
     @property
     def frames(self) -> int:
@@ -76,15 +71,9 @@ class ScoreConvConfig(PretrainedConfig):
 
 def sequence_config(config: ScoreConvConfig) -> ViTConfig:
     """The ViT layers' own config, from the encoder's."""
-    vit = ViTConfig(
-        hidden_size=config.hidden_size,
-        num_hidden_layers=config.num_hidden_layers,
-        num_attention_heads=config.num_attention_heads,
-        intermediate_size=config.intermediate_size,
-        hidden_dropout_prob=config.hidden_dropout_prob,
-        attention_probs_dropout_prob=config.attention_probs_dropout_prob,
-        layer_norm_eps=config.layer_norm_eps,
-    )
+    shared = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+              "hidden_dropout_prob", "attention_probs_dropout_prob", "layer_norm_eps")  # fmt: skip
+    vit = ViTConfig(**{key: getattr(config, key) for key in shared})
     vit._attn_implementation = config._attn_implementation or "sdpa"
     return vit
 
