@@ -103,6 +103,14 @@ def score_eval(root: Path) -> dict:
         preds.append({"ser": 0.9, "compile": "compiled", "sample": name})
     preds.append({"ser": 0.1, "compile": "compiled", "sample": None})
     (folder / "predictions.jsonl").write_text("\n".join(json.dumps(p) for p in preds) + "\n")
+    kept = root / "eval/score/samples/pages"  # eval@score's first page of each engraving
+    kept.mkdir(parents=True)
+    for stem, rate in (("lilypond", 0.4321), ("verovio_leland_scan", 0.6123)):
+        Image.new("RGB", (90, 120), "white").save(kept / f"{stem}.png")
+        meta = {"engraving": stem.replace("_", ":", 1), "note_error_rate": rate,
+                "true_systems": 3, "found_systems": 3,
+                "systems": [{"system": 1, "text": "\\clef treble c'1", "valid": True}]}  # fmt: skip
+        (kept / f"{stem}.json").write_text(json.dumps(meta))
 
     def split(ser: float) -> dict:
         return {"ser": ser, "cer": 0.5, "exact_match": 0.0, "compile_rate": 1.0,
@@ -264,6 +272,16 @@ def test_each_engraving_has_its_row_of_page_figures(run_dir, params):
     other = table[table.index("verovio:Leland+scan") :]
     for cell in ("15", "43 / 44", "0.97", "0.6123", "0.5012", "0.88"):
         assert f"<td>{cell}</td>" in other, cell
+
+
+def test_one_page_per_engraving_is_shown_as_read(run_dir, params):
+    out = run_dir / "reports"
+    run(params.report, sources(run_dir), out)
+    html = (out / "index.html").read_text(encoding="utf-8")
+    shown = html[html.index("One held-out page per engraving") :]
+    for stem, rate in (("lilypond", "0.4321"), ("verovio_leland_scan", "0.6123")):
+        assert f"assets/pages/score/{stem}.png" in shown and rate in shown
+        assert (out / "assets/pages/score" / f"{stem}.png").is_file()
 
 
 def test_latency_csv_has_one_row_per_measured_variant(run_dir, params):

@@ -6,9 +6,9 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sonfolio.report.items import Figure, Section, Table, fmt
+from sonfolio.report.items import Figure, Gallery, Section, Table, fmt
 from sonfolio.report.plots import bar_chart
-from sonfolio.report.samples import VIEWS, SampleSplit
+from sonfolio.report.samples import VIEWS, SampleSplit, copy_asset
 from sonfolio.report.sources import Sources, missing, read_json
 
 if TYPE_CHECKING:
@@ -134,6 +134,30 @@ def engravings_table(ev: dict[str, Any]) -> Table | None:
     )  # fmt: skip
 
 
+def engraving_pages(track: str, src: Sources, out: Path) -> Gallery | None:
+    """The first held-out page each engraving was read from (eval@score keeps it under
+    samples/pages/ with its cut drawn), its note error and what was read; None when absent."""
+    folder = src.evals[track] / "samples" / "pages"
+    figures = []
+    for info in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        png = info.with_suffix(".png")
+        meta = read_json(info) or {}
+        if not png.is_file() or not meta:
+            continue
+        valid = sum(s.get("valid", False) for s in meta.get("systems", []))
+        caption = (
+            f"{meta.get('engraving', info.stem)}: note error {fmt(meta.get('note_error_rate'))}, "
+            f"systems found {meta.get('found_systems')} / {meta.get('true_systems')}, "
+            f"{valid} valid; read: "
+            + " / ".join(s.get("text", "") for s in meta.get("systems", [])[:2])
+        )
+        rel = copy_asset(png, out, f"assets/pages/{track}/{png.name}")
+        figures.append(Figure(rel, caption))
+    if not figures:
+        return None
+    return Gallery("One held-out page per engraving, as read (boxes: the systems cut)", figures)
+
+
 def quality_plot(track: ReportFace, ev: dict[str, Any], dest: Path, dpi: int) -> None:
     key = track.report_quality[0]
     variants = list(ev["variants"])
@@ -173,6 +197,8 @@ def eval_section(track: ReportFace, src: Sources, out: Path, cfg: Report) -> Sec
         section.items.append(table)
     if (table := engravings_table(ev)) is not None:
         section.items.append(table)
+    if (gallery := engraving_pages(track.name, src, out)) is not None:
+        section.items.append(gallery)
     name = f"assets/{track.name}_quality.png"
     quality_plot(track, ev, out / name, cfg.dpi)
     section.items.append(Figure(name, f"{track.report_quality[0].upper()} per variant and split"))

@@ -111,7 +111,13 @@ def test_whole_pages_are_engraved_read_and_measured(evaluated, params: Params, l
     variant = variants.load(root / "onnx" / "fp32", threads=1)
     kinds = ("lilypond", "verovio:Leland", "verovio:Petaluma+scan")
     scan = params.score_data.scan
-    got = evaluate_pages(variant, parts, params.infer, lilypond, 100, root / "pages", kinds, scan)
+    kept = root / "kept"
+    got = evaluate_pages(
+        variant, parts, params.infer, lilypond, 100, root / "pages", kinds, scan, kept
+    )
+    for stem in ("lilypond", "verovio_leland", "verovio_petaluma_scan"):  # each engraving's page
+        assert (kept / f"{stem}.png").is_file()
+        assert json.loads((kept / f"{stem}.json").read_text())["found_systems"] >= 2
     assert got["pages"] >= 1 and got["parts"] == 1 and got["true_systems"] >= 2
     assert got["truth_notes"] == len(notes_of(text)[0])
     assert got["systems_found_ratio"]["overall"] == 1.0  # the cutter finds every line

@@ -12,6 +12,7 @@ repeats the page's most common note (or pitch) as often as the truth has notes.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import time
@@ -246,13 +247,16 @@ def evaluate_pages(
     work: Path,
     engravings: tuple[str, ...] = ("lilypond",),
     scan: Any = None,
+    samples: Path | None = None,
 ) -> dict[str, Any]:
     """Each part engraved whole as pages by each of `engravings` (sonfolio.score.eval.
     engravings: LilyPond's default layout, A4, 20 pt, a title; Verovio's in a font; `+scan`:
     made scan-like with `scan`, score_data.scan), each page read as `read --page` reads it.
     The figures over all pages (`summarize`) of LilyPond's clean pages at the top, as before,
     with the pages read per second; `by_engraving` has the same per engraving. A part whose
-    layout cannot be proven is counted and skipped for that engraving."""
+    layout cannot be proven is counted and skipped for that engraving. `samples`: where the
+    first page each engraving read is kept, its cut drawn on it, with its reading
+    (`keep_sample`), for the report."""
     from sonfolio.score.eval.engravings import (
         ENGRAVING,
         HeldOutPage,
@@ -286,6 +290,8 @@ def evaluate_pages(
                 lines_on_page = Page(page.png, [(page.start, page.end)])
                 row = page_row(piece, collection, "", number, lines_on_page, truth, reading)
                 row["true_systems"] = page.systems
+                if samples is not None and not rows[name]:
+                    keep_sample(samples, name, page.png, reading, row)
                 rows[name].append(row)
 
     def figures(name: str) -> dict[str, Any]:
@@ -299,6 +305,40 @@ def evaluate_pages(
 
     top = figures("lilypond") if "lilypond" in rows else {"pages": 0}
     return {**top, "by_engraving": {name: figures(name) for name in engravings}}
+
+
+SAMPLE_WIDTH = 900  # px: a kept page, as the report shows it
+
+
+def keep_sample(folder: Path, engraving: str, png: Path, reading: Any, row: dict) -> None:
+    """A page as read: its image (SAMPLE_WIDTH px wide) with each system's box drawn and
+    numbered, and a JSON of its figures and each system's text (valid or not)."""
+    from PIL import ImageDraw
+
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = re.sub(r"[^a-z0-9]+", "_", engraving.lower())
+    with Image.open(png) as img:
+        page = img.convert("RGB")
+    scale = SAMPLE_WIDTH / page.width
+    page = page.resize((SAMPLE_WIDTH, round(page.height * scale)))
+    draw = ImageDraw.Draw(page)
+    for s in reading.systems:
+        box = [round(v * scale) for v in s.box.as_list()]
+        draw.rectangle(box, outline=(200, 30, 30), width=2)
+        draw.text((box[0] + 3, box[1] + 2), str(s.index), fill=(200, 30, 30))
+    page.save(folder / f"{stem}.png", optimize=True)
+    texts = [
+        {"system": s.index, "text": s.text, "valid": s.problem is None} for s in reading.systems
+    ]
+    n = max(row["truth_notes"], 1)
+    summary = {
+        "engraving": engraving,
+        "note_error_rate": round(row["distance"] / n, 4),
+        "true_systems": row["true_systems"],
+        "found_systems": row["found_systems"],
+        "systems": texts,
+    }
+    (folder / f"{stem}.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
 
 
 def _engrave(engraver: str, text: str, exe: Path, dpi: int, work: Path) -> list[Any]:

@@ -63,6 +63,7 @@ class ScoreEvalFace:
                 work,
                 tuple(cfg.engravings),
                 params.score_data.scan,
+                paths.eval / "samples" / "pages",  # the first page of each engraving, kept
             )
             return {"pages": {"variant": cfg.variant, "split": cfg.split, **figures}}
 
