@@ -9,25 +9,33 @@ image (or not audio) gets 415, a damaged or empty one 400, one over an infer lim
 each with a message that names the limit and its param. No error response carries a traceback:
 unexpected errors are logged here and answered with 500.
 
-Memory and slow clients (docs/security.md): an upload is decoded and read inside one of
-`serve.max_concurrent_decodes` slots, so parallel large-but-allowed uploads queue instead of
-each holding its decoded pixels or samples (503 after `serve.busy_timeout_s` in the queue). A
+Work, memory and slow clients (docs/security.md): what an upload asks for is estimated before
+the work (sonfolio.infer.budget): more staves than `serve.max_staves` or more audio samples than
+`serve.max_audio_samples` get 413. An upload is decoded and read inside one of
+`serve.max_concurrent_decodes` slots that share `serve.decode_memory_mb` by each upload's
+estimate, so a small upload passes beside a large one while two large ones queue (503 after
+`serve.busy_timeout_s`). Requests take turns on a model call by call (`serve.batch_size`
+systems or chunks a call, `Turns`): a page of many staves lets the others' calls in between.
+At most `serve.max_requests` requests are in flight, `serve.max_requests_per_client` from one
+address (`RequestCaps`); an open connection that has sent no request counts for nothing: a
 request's headers must arrive within `serve.header_timeout_s` of the connection (uvicorn has no
 such deadline: `HeaderDeadline` adds it) and its body within `serve.body_timeout_s` (408,
-`UploadLimit`); uvicorn's own options bound header size, idle keep-alive and connections.
-POST /engrave runs LilyPond only on text that passes the canonical grammar, shorter than
-`sonfolio.web.engrave.MAX_TEXT_CHARS`, inside a decode slot and with a timeout.
+`UploadLimit`). /health's versions and the API docs are shown on a loopback bind only
+(`serve.versions`, `serve.api_docs`). POST /engrave runs LilyPond only on text that passes the
+canonical grammar, shorter than `sonfolio.web.engrave.MAX_TEXT_CHARS`, inside a decode slot and
+with a timeout.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import platform
-import threading
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -38,9 +46,18 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from sonfolio import tracks
+from sonfolio.infer.budget import (
+    Busy,
+    DecodeSlots,
+    Shared,
+    audio_size,
+    check_audio_work,
+    image_memory,
+    read_page,
+)
 from sonfolio.infer.formats import read_lilypond, read_result, read_text, transcript_result
 from sonfolio.infer.inputs import BadInput, display_name, open_audio, open_image
-from sonfolio.infer.run import check_fit, load_model, read_image, transcribe
+from sonfolio.infer.run import check_fit, load_model, transcribe
 from sonfolio.score.common.lilypond import LilyPondNotFound, find_lilypond
 from sonfolio.score.common.musicxml import reading_musicxml
 from sonfolio.speech.common.audio import SAMPLE_RATE
@@ -51,10 +68,12 @@ from sonfolio.web.page import SVG_CSP, add_page
 if TYPE_CHECKING:
     import uvicorn
 
-    from sonfolio.config.infer import Infer, Serve
+    from sonfolio.config.infer import Infer
+    from sonfolio.config.serve import Exposure, Serve
 
 log = logging.getLogger(__name__)
 
+MB = 1024 * 1024
 STATUS = {
     "unsupported": 415,
     "missing": 400,
@@ -93,8 +112,7 @@ class Models:
     sources: dict[str, Variant | Path | None]
     threads: int | None = None
     device: str = "auto"
-    loaded: dict[str, Variant] = field(default_factory=dict)
-    locks: dict[str, threading.Lock] = field(default_factory=dict)
+    loaded: dict[str, Shared] = field(default_factory=dict)
 
     def load(self, cfg: Infer) -> None:
         for track, source in self.sources.items():
@@ -104,14 +122,13 @@ class Models:
             variant = source if isinstance(source, Variant) else None
             variant = variant or load_model(Path(source), track, self.threads, self.device)
             check_fit(variant, cfg)
-            self.loaded[track] = variant
-            self.locks[track] = threading.Lock()
+            self.loaded[track] = Shared(variant)
 
-    def get(self, track: str) -> tuple[Variant, threading.Lock]:
+    def get(self, track: str) -> Shared:
         if track not in self.loaded:
             flag = tracks.face(track, "infer").model_flag
             raise HTTPException(503, f"no {track} model is loaded: restart with {flag} FOLDER")
-        return self.loaded[track], self.locks[track]
+        return self.loaded[track]
 
 
 class UploadLimit:
@@ -169,6 +186,57 @@ class UploadLimit:
         await self.app(scope, counted, send)
 
 
+class RequestCaps:
+    """ASGI middleware: at most `total` requests in flight, `per_client` from one client
+    address; past them 503 (the service is full) or 429 (that client is), with Retry-After,
+    before any of the body is read.
+
+    A request is in flight from its complete headers to its answer; an open connection that
+    has sent none is not one (uvicorn's limit_concurrency counted open sockets, so 70 slow
+    ones from one client made /health answer 503). The address is uvicorn's `client`: behind
+    a proxy on this machine, the one its X-Forwarded-For gives. Paths in `exempt` (/health:
+    answered on the event loop, it holds nothing) are not counted. Counted on the event loop,
+    whose one thread runs every call: no lock.
+    """
+
+    def __init__(
+        self, app: Any, total: int, per_client: int, exempt: frozenset[str] = frozenset()
+    ) -> None:
+        self.app, self.total, self.per_client, self.exempt = app, total, per_client, exempt
+        self.in_flight, self.by_client = 0, Counter[str]()
+
+    def _refusal(self, client: str) -> tuple[int, str] | None:
+        if self.in_flight >= self.total:
+            return 503, f"busy: {self.in_flight} requests in flight (serve.max_requests): retry"
+        if self.by_client[client] >= self.per_client:
+            return 429, (
+                f"{self.by_client[client]} requests from {client} are in flight "
+                "(serve.max_requests_per_client): wait for their answers, then retry"
+            )
+        return None
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"] in self.exempt:
+            await self.app(scope, receive, send)
+            return
+        client = scope["client"][0] if scope.get("client") else "unknown"
+        refusal = self._refusal(client)
+        if refusal is not None:
+            status, detail = refusal
+            answer = JSONResponse({"detail": detail}, status, headers={"Retry-After": "1"})
+            await answer(scope, receive, send)
+            return
+        self.in_flight += 1
+        self.by_client[client] += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.in_flight -= 1
+            self.by_client[client] -= 1
+            if not self.by_client[client]:
+                del self.by_client[client]
+
+
 def header_deadline(timeout_s: float) -> type:
     """uvicorn's h11 protocol with a deadline for a request's headers: a connection whose next
     request's headers have not all arrived `timeout_s` after it opened (or after the previous
@@ -207,7 +275,8 @@ def header_deadline(timeout_s: float) -> type:
 
 
 def server_config(app: FastAPI, cfg: Serve, host: str, port: int) -> uvicorn.Config:
-    """uvicorn's settings for the service: every limit on connections from params.yaml `serve`."""
+    """uvicorn's settings for the service: its limits on connections from params.yaml `serve`
+    (no limit_concurrency: it counts open sockets; `RequestCaps` counts requests)."""
     import uvicorn
 
     return uvicorn.Config(
@@ -218,29 +287,7 @@ def server_config(app: FastAPI, cfg: Serve, host: str, port: int) -> uvicorn.Con
         http=header_deadline(cfg.header_timeout_s),
         h11_max_incomplete_event_size=cfg.max_header_kb * 1024,
         timeout_keep_alive=cfg.keep_alive_s,
-        limit_concurrency=cfg.max_connections,
     )
-
-
-@contextmanager
-def decode_slot(slots: threading.BoundedSemaphore, cfg: Serve) -> Iterator[None]:
-    """One of serve.max_concurrent_decodes slots, waited for up to serve.busy_timeout_s.
-
-    Raises:
-        HTTPException: 503 when no slot frees in time.
-    """
-    if not slots.acquire(timeout=cfg.busy_timeout_s):
-        raise HTTPException(
-            503,
-            f"busy: {cfg.max_concurrent_decodes} uploads are being read "
-            f"(serve.max_concurrent_decodes) and none finished within {cfg.busy_timeout_s:g} s "
-            "(serve.busy_timeout_s): retry later",
-            headers={"Retry-After": str(max(1, round(cfg.busy_timeout_s)))},
-        )
-    try:
-        yield
-    finally:
-        slots.release()
 
 
 def versions() -> dict[str, str]:
@@ -253,6 +300,21 @@ def versions() -> dict[str, str]:
     return out
 
 
+def is_loopback(host: str) -> bool:
+    """Whether `host` is an address only this machine reaches (127.0.0.0/8, ::1, localhost)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a name: it may resolve to any address
+        return False
+
+
+def shown(setting: Exposure, host: str) -> bool:
+    """Whether something `setting` guards is shown by a service listening on `host`."""
+    return setting == "always" or (setting == "loopback" and is_loopback(host))
+
+
 def create_app(
     cfg: Infer,
     serve: Serve,
@@ -263,36 +325,68 @@ def create_app(
     lilypond: Path | None = None,
 ) -> FastAPI:
     """The service. `score` / `speech`: a loaded variant, a folder to load at startup, or None
-    (that endpoint then answers 503). `serve`: its upload size, body deadline and decode slots
-    (uvicorn's connection limits are `server_config`'s). `lilypond`: the binary /engrave runs;
-    None: `find_lilypond`'s, looked up at the first engraving (none found: 503)."""
+    (that endpoint then answers 503). `serve`: where it listens (`host`: what it shows, by
+    `versions` and `api_docs`), its upload size, body deadline, request caps, decode slots and
+    work budget (uvicorn's connection limits are `server_config`'s). `lilypond`: the binary
+    /engrave runs; None: `find_lilypond`'s, looked up at the first engraving (none found: 503)."""
     models = Models({"score": score, "speech": speech}, threads, device)
-    # Threads, not asyncio: the endpoints are sync and run in Starlette's thread pool.
-    slots = threading.BoundedSemaphore(serve.max_concurrent_decodes)
+    # Threads, not asyncio: the upload endpoints are sync and run in Starlette's thread pool.
+    slots = DecodeSlots(serve)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         models.load(cfg)  # once, before the first request
         yield
 
-    app = FastAPI(title="Sonfolio", lifespan=lifespan)
+    docs, listed = shown(serve.api_docs, serve.host), shown(serve.versions, serve.host)
+    if not (docs and listed):
+        hidden = [k for k, on in (("serve.api_docs", docs), ("serve.versions", listed)) if not on]
+        log.info("listening on %s: hidden by %s (on for a loopback bind)", serve.host, hidden)
+    app = FastAPI(
+        title="Sonfolio",
+        lifespan=lifespan,
+        openapi_url="/openapi.json" if docs else None,
+        docs_url="/docs" if docs else None,
+        redoc_url="/redoc" if docs else None,
+    )
     app.add_middleware(
-        UploadLimit,
-        max_bytes=int(serve.max_upload_mb * 1024 * 1024),
-        timeout_s=serve.body_timeout_s,
+        UploadLimit, max_bytes=int(serve.max_upload_mb * MB), timeout_s=serve.body_timeout_s
+    )
+    app.add_middleware(  # outside UploadLimit: a refused request's body is never read
+        RequestCaps,
+        total=serve.max_requests,
+        per_client=serve.max_requests_per_client,
+        exempt=frozenset({"/health"}),
     )
 
     @app.exception_handler(BadInput)
     def _bad_input(_: Request, err: BadInput) -> JSONResponse:
         return JSONResponse({"detail": str(err)}, STATUS[err.kind])
 
+    @app.exception_handler(Busy)
+    def _busy(_: Request, err: Busy) -> JSONResponse:
+        return JSONResponse(
+            {"detail": str(err)}, 503, headers={"Retry-After": str(err.retry_after_s)}
+        )
+
     @app.exception_handler(Exception)
     def _unexpected(request: Request, err: Exception) -> JSONResponse:
         log.exception("%s %s failed", request.method, request.url.path)
         return JSONResponse({"detail": "internal error (logged by the server)"}, 500)
 
+    add_health(app, models, versions() if listed else None)
+    add_uploads(app, models, cfg, serve, slots)
+    add_engrave(app, serve, slots, lilypond)
+    add_page(app)  # last: its headers middleware wraps the other middleware's answers too
+    return app
+
+
+def add_health(app: FastAPI, models: Models, listed: dict[str, str] | None) -> None:
+    """GET /health: the models loaded, and `listed` versions unless None. Async: answered on
+    the event loop, so a thread pool full of waiting uploads never holds it up."""
+
     @app.get("/health")
-    def health() -> dict:
+    async def health() -> dict:
         loaded = {
             track: {"loaded": track in models.loaded}
             | (
@@ -303,7 +397,16 @@ def create_app(
             for track in models.sources
         }
         ok = all(m["loaded"] for m in loaded.values())
-        return {"status": "ok" if ok else "partial", "models": loaded, "versions": versions()}
+        return {"status": "ok" if ok else "partial", "models": loaded} | (
+            {"versions": listed} if listed is not None else {}
+        )
+
+
+def add_uploads(app: FastAPI, models: Models, cfg: Infer, serve: Serve, slots: DecodeSlots) -> None:
+    """POST /read and POST /transcribe: each upload's work estimated and refused over the
+    budget (413), then decoded and read inside a decode slot holding its estimated memory,
+    `serve.batch_size` systems or chunks a model call (`Shared`: requests take turns)."""
+    cfg = cfg.model_copy(update={"batch_size": serve.batch_size})
 
     @app.post("/read", response_model=None)
     def read(
@@ -311,12 +414,12 @@ def create_app(
         page: bool | None = None,
         format: Literal["json", "text", "ly", "musicxml"] = "json",
     ) -> dict | Response:
-        variant, lock = models.get("score")
+        model = models.get("score")
         name = display_name(file.filename or "upload")
-        with decode_slot(slots, serve):  # the decoded pixels live only inside a slot
-            image = open_image(file.file.read(), name, cfg.image)
-            with lock:
-                reading = read_image(variant, image, page, cfg)
+        data = file.file.read()
+        with slots.take(image_memory(data, name, cfg.image)):  # decoded pixels live only here
+            image = open_image(data, name, cfg.image)
+            reading = read_page(model, image, page, cfg, serve.max_staves, name)
             del image
         if format == "ly":
             return PlainTextResponse(read_lilypond([(name, reading)]), media_type="text/x-lilypond")
@@ -325,26 +428,25 @@ def create_app(
             return Response(xml, media_type="application/vnd.recordare.musicxml+xml")
         if format == "text":
             return PlainTextResponse(read_text([(name, reading)]))
-        return {"model": variant.name, **read_result(name, reading)}
+        return {"model": model.name, **read_result(name, reading)}
 
     @app.post("/transcribe")
     def transcribe_upload(
         file: Annotated[UploadFile, File(description="WAV, FLAC, OGG or MP3 audio")],
     ) -> dict:
-        variant, lock = models.get("speech")
+        model = models.get("speech")
         name = display_name(file.filename or "upload")
-        with decode_slot(slots, serve):  # the decoded samples live only inside a slot
-            audio = open_audio(file.file.read(), name, cfg.audio_limits)
-            with lock:
-                chunks, text = transcribe(variant, audio, cfg)
+        data = file.file.read()
+        size = audio_size(data, name, cfg.audio_limits)  # None: open_audio refuses it
+        if size is not None:
+            check_audio_work(size, name, serve.max_audio_samples)
+        with slots.take(len(data) + (size.memory if size else 0)):  # decoded samples: here
+            audio = open_audio(data, name, cfg.audio_limits)
+            chunks, text = transcribe(model, audio, cfg)
         return {
-            "model": variant.name,
+            "model": model.name,
             **transcript_result(name, audio.size / SAMPLE_RATE, chunks, text),
         }
-
-    add_engrave(app, serve, slots, lilypond)
-    add_page(app)  # last: its headers middleware wraps UploadLimit's answers too
-    return app
 
 
 class EngraveRequest(BaseModel):
@@ -356,9 +458,7 @@ class EngraveRequest(BaseModel):
     time: str | None = Field(None, description="N/D, for a system that prints no time")
 
 
-def add_engrave(
-    app: FastAPI, serve: Serve, slots: threading.BoundedSemaphore, lilypond: Path | None
-) -> None:
+def add_engrave(app: FastAPI, serve: Serve, slots: DecodeSlots, lilypond: Path | None) -> None:
     """POST /engrave: one system's text as an SVG engraved by LilyPond; 413 for a text over
     engrave.MAX_TEXT_CHARS, 422 for one outside the canonical grammar (LilyPond never sees
     it) or that LilyPond cannot engrave, 503 without LilyPond or a free decode slot."""
@@ -385,7 +485,7 @@ def add_engrave(
         if why is not None:  # refused before a slot is taken: the check takes ~10 ms at most
             raise HTTPException(422, f"not engraved, {why}")
         exe = binary()
-        with decode_slot(slots, serve):  # LilyPond takes a slot as a decode does
+        with slots.take():  # LilyPond takes a slot as a decode does (its memory is its own)
             try:
                 svg = engrave.engrave_svg(body.text, body.time, exe)
             except engrave.NotEngravable as err:

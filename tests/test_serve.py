@@ -18,7 +18,7 @@ from infer_tiny import ROOT, SPEECH_WINDOW_S, TINY_INFER, pages_and_models, para
 from live_server import free_port, running
 
 from sonfolio.config.params import parse_params
-from sonfolio.serve import create_app
+from sonfolio.serve import create_app, is_loopback
 
 MAX_MB = 0.25  # the tests' upload limit: a page PNG fits, 1 MB does not
 
@@ -78,6 +78,59 @@ def test_health_lists_both_models_and_versions(server):
     }
     assert body["models"]["speech"]["loaded"] is True
     assert {"sonfolio", "torch", "onnxruntime"} <= set(body["versions"])
+
+
+DOCS = ("/docs", "/redoc", "/openapi.json")
+
+
+@pytest.mark.parametrize(
+    ("host", "setting", "shown"),
+    [
+        ("127.0.0.1", "loopback", True),
+        ("::1", "loopback", True),
+        ("0.0.0.0", "loopback", False),
+        ("192.168.1.20", "loopback", False),
+        ("0.0.0.0", "always", True),
+        ("127.0.0.1", "never", False),
+    ],
+)
+def test_versions_and_api_docs_are_shown_by_the_bind_and_their_params(files, host, setting, shown):
+    """/health's versions and /docs, /redoc, /openapi.json: shown on a loopback bind, hidden off
+    it (behind the proxy docs/inference.md recommends for --host 0.0.0.0), unless
+    serve.versions / serve.api_docs say always or never. The app decides from serve.host; the
+    socket here is loopback whatever it says."""
+    serve = files["serve"].model_copy(
+        update={"host": host, "versions": setting, "api_docs": setting}
+    )
+    with serving(create_app(files["cfg"], serve, None, None, device="cpu")) as client:
+        health = client.get("/health").json()
+        docs = {path: client.get(path).status_code for path in DOCS}
+    assert ("versions" in health) is shown, health
+    assert docs == dict.fromkeys(DOCS, 200 if shown else 404)
+
+
+def test_loopback_is_every_address_only_this_machine_reaches():
+    assert all(map(is_loopback, ["127.0.0.1", "127.0.0.2", "::1", "localhost"]))
+    assert not any(map(is_loopback, ["0.0.0.0", "::", "10.0.0.5", "example.org"]))
+
+
+def test_serve_host_on_the_command_line_reaches_the_app(files, monkeypatch):
+    """`--host 0.0.0.0` is what the app hides by, not params.yaml's serve.host."""
+    import sonfolio.serve
+    from sonfolio.cli import main
+
+    seen = {}
+
+    def spy(cfg, serve, *args, **kwargs):
+        seen["host"] = serve.host
+        return create_app(cfg, serve, *args, **kwargs)
+
+    monkeypatch.setattr(sonfolio.serve, "create_app", spy)
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self: None)  # not listening on 0.0.0.0
+    params = params_file(files["root"], **TINY_INFER)
+    argv = ["serve", "--params", str(params), "--host", "0.0.0.0"]
+    assert main([*argv, "--score-model", str(files["score"]), "--threads", "1"]) == 0
+    assert seen == {"host": "0.0.0.0"}
 
 
 def test_read_a_good_image(server, files):

@@ -1,4 +1,5 @@
-"""The params sections `infer` and `serve`: `sonfolio read`, `transcribe` and the service."""
+"""The params section `infer`: `sonfolio read`, `transcribe` and the service (`serve` is
+sonfolio/config/serve.py's)."""
 
 from __future__ import annotations
 
@@ -85,19 +86,3 @@ class Infer(Strict):
     audio: AudioChunks
     audio_limits: AudioLimits
     no_speech: NoSpeech
-
-
-class Serve(Strict):
-    """`sonfolio serve`: where it listens and what it accepts."""
-
-    host: Annotated[str, Field(min_length=1)]
-    port: Annotated[int, Field(ge=1, le=65535)]
-    max_upload_mb: Annotated[float, Field(gt=0.0)]  # larger uploads get 413
-    # Uploads decoded and read at once (images and audio): what bounds the service's memory.
-    max_concurrent_decodes: Annotated[int, Field(ge=1)]
-    busy_timeout_s: Annotated[float, Field(gt=0.0)]  # a request waits this long for a slot: 503
-    header_timeout_s: Annotated[float, Field(gt=0.0)]  # a request's headers, from the connection
-    body_timeout_s: Annotated[float, Field(gt=0.0)]  # a request's whole body: 408 after it
-    max_header_kb: Annotated[int, Field(ge=1)]  # uvicorn's h11_max_incomplete_event_size
-    keep_alive_s: Annotated[int, Field(ge=1)]  # idle connections closed after this
-    max_connections: Annotated[int, Field(ge=1)]  # uvicorn's limit_concurrency: 503 beyond

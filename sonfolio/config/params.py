@@ -17,10 +17,11 @@ from sonfolio.config.data import ScoreData, SpeechData, check_clips_fit
 from sonfolio.config.estimate import Estimate
 from sonfolio.config.eval import ScoreEval, SpeechEval
 from sonfolio.config.export import Export, TrackExport
-from sonfolio.config.infer import Infer, Serve
+from sonfolio.config.infer import Infer
 from sonfolio.config.qat import QatTrain
 from sonfolio.config.report import Report
 from sonfolio.config.sections import Sections, read_sections
+from sonfolio.config.serve import Serve
 from sonfolio.config.tokenizer import ScoreTokenizer, SpeechTokenizer
 from sonfolio.config.train import (
     EngineOptions,

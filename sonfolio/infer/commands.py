@@ -259,6 +259,7 @@ def run_serve(args: argparse.Namespace) -> int:
     params = _params(args.params)
     cfg = params.serve
     host, port = args.host or cfg.host, args.port or cfg.port
+    cfg = cfg.model_copy(update={"host": host, "port": port})  # the app hides more off loopback
     models = {}
     for track, given in (("score", args.score_model), ("speech", args.speech_model)):
         if given is None:

@@ -1,5 +1,7 @@
 """Hostile uploads and slow clients against the HTTP service: each limit answers a 4xx that
-names it and its param, decoding runs in bounded slots, and slow clients are cut off.
+names it and its param, decoding runs in slots that share a memory budget, work over the
+per-request budget is refused before it is done, a long request takes turns with the others on
+the model, slow clients are cut off, and no one client's sockets make the service unreachable.
 
 The service runs on a real uvicorn server (sonfolio.serve.server_config, as `sonfolio serve`
 runs it) on a free loopback port, with the tiny untrained models of tests/infer_tiny.py.
@@ -18,11 +20,21 @@ from contextlib import contextmanager
 import httpx
 import numpy as np
 import pytest
-from infer_tiny import TINY_INFER, score_model, speech_model, speech_wav
+import soundfile
+from infer_tiny import (
+    SYSTEMS,
+    TINY_INFER,
+    render_systems,
+    score_model,
+    speech_model,
+    speech_wav,
+    stack,
+)
 from live_server import free_port, running
 from PIL import Image
 
 import sonfolio.serve
+import sonfolio.variants
 from sonfolio.config.params import parse_params
 from sonfolio.serve import create_app, server_config
 
@@ -39,6 +51,7 @@ def models(tmp_path_factory, params):
         "score": score_model(root / "score"),
         "speech": speech_model(root / "speech", params),
         "wav": speech_wav(root / "clip.wav", seconds=1.0).read_bytes(),
+        "systems": render_systems(SYSTEMS),  # real engravings, one staff each
     }
 
 
@@ -140,9 +153,10 @@ def test_uploads_are_decoded_one_slot_at_a_time(params, models, monkeypatch, pat
     assert busy.headers["retry-after"]
 
 
-def raw(port: int) -> socket.socket:
-    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-    return sock
+def raw(port: int, source: str = "127.0.0.1") -> socket.socket:
+    """A connection to the service from `source`: any address of 127.0.0.0/8 is this machine,
+    so a test can be several clients."""
+    return socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(source, 0))
 
 
 def trickle(sock: socket.socket, data: bytes, window_s: float) -> tuple[bytes, bool, float]:
@@ -183,8 +197,11 @@ def body_of(sock: socket.socket, got: bytes) -> bytes:
     head, _, body = got.partition(b"\r\n\r\n")
     length = int(re.search(rb"(?im)^content-length: *(\d+)", head).group(1))
     sock.settimeout(30)
-    while len(body) < length and (chunk := sock.recv(65536)):
-        body += chunk
+    try:
+        while len(body) < length and (chunk := sock.recv(65536)):
+            body += chunk
+    except ConnectionResetError:  # the server closed with our trickled bytes unread: RST
+        pass
     return body
 
 
@@ -237,3 +254,263 @@ def test_oversized_headers_are_refused(server, params):
     except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError):
         status = 400  # answered 400 and closed while the client was still sending
     assert status == 400
+
+
+# The work one request asks for, and how requests share the service.
+
+
+def timed_post(
+    client: httpx.Client, path: str, name: str, data: bytes
+) -> tuple[httpx.Response, float]:
+    """The answer, and when it came (time.monotonic)."""
+    return post(client, path, name, data), time.monotonic()
+
+
+def slowed_model(monkeypatch, seconds: float) -> list[int]:
+    """Every model call takes `seconds` more, as a real model's does on a hard staff (the tiny
+    models answer in milliseconds); the rows of each call, in the order they ended."""
+    real, calls = sonfolio.variants.Variant.generate, []
+
+    def slow(self, inputs, *args, **kwargs):
+        time.sleep(seconds)
+        texts = real(self, inputs, *args, **kwargs)
+        calls.append(len(inputs))
+        return texts
+
+    monkeypatch.setattr(sonfolio.variants.Variant, "generate", slow)
+    return calls
+
+
+def test_a_page_of_29_staves_takes_turns_with_small_requests(params, models, monkeypatch):
+    """A page of 29 staves, 29 model calls of 0.25 s here, held the only decode slot and the
+    model for all of them: requests sent beside it waited, then got 503. Now four small ones
+    sent while it is read (two images, two clips) are each answered before it, and it is read
+    whole."""
+    calls = slowed_model(monkeypatch, 0.25)
+    page = png(stack([models["systems"][i % 3] for i in range(29)])[0])
+    small = png(Image.new("L", (200, 60), 255))
+    smalls = [("/read", "a.png", small), ("/read", "b.png", small)]
+    smalls += [("/transcribe", "a.wav", models["wav"]), ("/transcribe", "b.wav", models["wav"])]
+    with (
+        serving(params, models, busy_timeout_s=30.0) as (client, _),
+        ThreadPoolExecutor(1 + len(smalls)) as pool,
+    ):
+        big = pool.submit(timed_post, client, "/read", "page.png", page)
+        deadline = time.monotonic() + 120
+        while not calls:  # the page is cut and its first staff read
+            assert not big.done(), big.result()[0].text
+            assert time.monotonic() < deadline, "no staff of the page was read in 120 s"
+            time.sleep(0.05)
+        replies = [f.result() for f in [pool.submit(timed_post, client, *s) for s in smalls]]
+        page_reply, page_done = big.result()
+    assert page_reply.status_code == 200, page_reply.text
+    assert len(page_reply.json()["systems"]) == 29
+    for (reply, done), (_, name, _) in zip(replies, smalls, strict=True):
+        assert reply.status_code == 200, reply.text
+        assert done < page_done, f"{name} waited for the whole page"
+    assert calls.count(1) == len(calls), "serve.batch_size 1: one staff or chunk a call"
+
+
+def test_a_page_over_max_staves_gets_413_before_any_staff_is_read(params, models, monkeypatch):
+    calls = slowed_model(monkeypatch, 0.0)
+    with serving(params, models, max_staves=2) as (client, _):
+        over = post(client, "/read", "three.png", png(stack(models["systems"])[0]))
+        assert calls == [], "staves were read before the count refused the page"
+        within = post(client, "/read", "two.png", png(stack(models["systems"][:2])[0]))
+    assert over.status_code == 413, over.text
+    detail = over.json()["detail"]
+    assert "three.png: 3 staves found" in detail and "serve.max_staves is 2" in detail
+    assert within.status_code == 200 and len(within.json()["systems"]) == 2
+
+
+def flac(seconds: float, channels: int, rate: int) -> bytes:
+    buf = io.BytesIO()
+    tone = 0.1 * np.sin(2 * np.pi * 220 * np.arange(int(seconds * rate)) / rate)
+    soundfile.write(buf, np.repeat(tone[:, None], channels, 1), rate, format="FLAC")
+    return buf.getvalue()
+
+
+def test_audio_over_max_audio_samples_gets_413_before_decoding(params, models, monkeypatch):
+    real, opened = sonfolio.serve.open_audio, []
+
+    def spy(data, name, limits):
+        opened.append(name)
+        return real(data, name, limits)
+
+    monkeypatch.setattr(sonfolio.serve, "open_audio", spy)
+    with serving(params, models, max_audio_samples=50_000) as (client, _):
+        over = post(client, "/transcribe", "stereo.flac", flac(1.0, 2, 48_000))  # 96,000
+        within = post(client, "/transcribe", "mono.wav", models["wav"])  # 1 s at 22,050 Hz
+    assert over.status_code == 413, over.text
+    detail = over.json()["detail"]
+    assert "1 s x 2 channels at 48,000 Hz = 96,000 samples" in detail
+    assert "serve.max_audio_samples is 50,000" in detail
+    assert within.status_code == 200, within.text
+    assert opened == ["mono.wav"], "the refused file was decoded"
+
+
+def test_a_small_upload_is_decoded_beside_a_large_one_but_two_large_ones_wait(
+    params, models, monkeypatch
+):
+    """serve.decode_memory_mb (10 here) holds one large image (1000 x 1000: ~7 MB estimated, 7
+    bytes a pixel) and small ones: a small upload is decoded while a large one is, and the
+    second large one waits for the first."""
+    real, inside, entered = sonfolio.serve.open_image, [], []
+    guard, small_in = threading.Lock(), threading.Event()
+
+    def gated(data, name, limits):
+        with guard:
+            entered.append((name, tuple(inside)))
+            inside.append(name)
+        try:
+            if name == "small.png":
+                small_in.set()
+            else:  # a large one keeps its memory until a small one has come in beside it
+                small_in.wait(30)
+            return real(data, name, limits)
+        finally:
+            with guard:
+                inside.remove(name)
+
+    monkeypatch.setattr(sonfolio.serve, "open_image", gated)
+    large = png(Image.new("L", (1000, 1000), 255))
+    small = png(Image.new("L", (200, 60), 255))
+    with (
+        serving(params, models, decode_memory_mb=10.0, busy_timeout_s=60.0) as (client, _),
+        ThreadPoolExecutor(2) as pool,
+    ):
+        larges = [pool.submit(post, client, "/read", f"large{i}.png", large) for i in (1, 2)]
+        deadline = time.monotonic() + 60
+        while not entered:
+            assert time.monotonic() < deadline, "no large image was decoded in 60 s"
+            time.sleep(0.05)
+        small_reply = post(client, "/read", "small.png", small)
+        statuses = [f.result().status_code for f in larges]
+    assert small_reply.status_code == 200 and statuses == [200, 200], small_reply.text
+    beside = dict(entered)
+    assert any(n.startswith("large") for n in beside["small.png"]), entered
+    for name in ("large1.png", "large2.png"):
+        assert not any(n.startswith("large") for n in beside[name]), entered
+
+
+# Connections: requests in flight are counted, per client address, never open sockets.
+
+SLOW_HEAD = b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: "
+SLOW_BODY = (
+    b"POST /read HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=b\r\n"
+    b"Content-Length: 100000\r\n\r\n--b\r\n"
+)
+
+
+class SlowClient(threading.Thread):
+    """One slow socket from `source`, kept open until `stop`: it sends `start`, then a byte
+    every 0.5 s; cut, reset or answered, it opens another 0.2 s later."""
+
+    def __init__(self, port: int, source: str, start: bytes, stop: threading.Event) -> None:
+        super().__init__(daemon=True)
+        self.port, self.source, self.start_bytes, self.stop = port, source, start, stop
+        self.opened, self.statuses = 0, []
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                with raw(self.port, self.source) as sock:
+                    self.opened += 1
+                    sock.sendall(self.start_bytes)
+                    self._trickle(sock)
+            except OSError:  # refused, reset or broken: the server cut it
+                pass
+            self.stop.wait(0.2)
+
+    def _trickle(self, sock: socket.socket) -> None:
+        sock.settimeout(0.5)
+        while not self.stop.is_set():
+            try:
+                got = sock.recv(4096)
+            except TimeoutError:
+                sock.sendall(b"x")
+                continue
+            if got.startswith(b"HTTP/1.1 "):
+                self.statuses.append(int(got.split()[1]))
+            return
+
+
+def test_70_slow_sockets_from_one_client_leave_the_service_answering(params, models):
+    """serve.max_connections counted open sockets: 70 slow ones from one client, each within
+    the header and body deadlines and reopened when cut, made /health answer 503 on every
+    check. Now /health answers every check and a real upload from another client is read;
+    the slow client gets 429 past its own share of requests in flight."""
+    stop = threading.Event()
+    with serving(params, models, header_timeout_s=10.0, body_timeout_s=60.0) as (client, port):
+        slow = [
+            SlowClient(port, "127.0.0.2", SLOW_HEAD if i % 2 else SLOW_BODY, stop)
+            for i in range(70)
+        ]
+        for s in slow:
+            s.start()
+        try:
+            deadline = time.monotonic() + 60
+            while min(s.opened for s in slow) == 0:
+                assert time.monotonic() < deadline, "the slow sockets did not all open"
+                time.sleep(0.05)
+            checks = []
+            for _ in range(12):
+                checks.append(client.get("/health").status_code)
+                time.sleep(0.25)
+            real = post(client, "/read", "small.png", png(Image.new("L", (200, 60), 255)))
+        finally:
+            stop.set()
+            for s in slow:
+                s.join(timeout=10)
+    assert checks == [200] * 12, checks
+    assert real.status_code == 200, real.text
+    refused = [st for s in slow for st in s.statuses]
+    assert 429 in refused, f"the slow client was never held to its share: {refused[:20]}"
+
+
+def client_from(port: int, source: str) -> httpx.Client:
+    transport = httpx.HTTPTransport(local_address=source)
+    return httpx.Client(base_url=f"http://127.0.0.1:{port}", transport=transport, timeout=30)
+
+
+def first_answer(probe: httpx.Client, status: int, within_s: float = 30.0) -> httpx.Response:
+    """GET / (the page: counted, cheap) until it answers `status`, or `within_s` passes."""
+    deadline = time.monotonic() + within_s
+    while (r := probe.get("/")).status_code != status and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return r
+
+
+@pytest.mark.parametrize(
+    ("cap", "slow_sources", "probe_source", "status", "param"),
+    [
+        ("max_requests_per_client", ("127.0.0.2",) * 2, "127.0.0.2", 429, "per_client"),
+        ("max_requests", ("127.0.0.2", "127.0.0.3"), "127.0.0.1", 503, "max_requests"),
+    ],
+)
+def test_requests_past_a_cap_are_refused_until_those_in_flight_end(
+    params, models, cap, slow_sources, probe_source, status, param
+):
+    """Two uploads whose bodies trickle in fill a cap of 2: the next request from their client
+    (per client) or from anyone (in all) is refused at once, with Retry-After and the param;
+    /health is answered all along; once they are gone, requests are taken again."""
+    with serving(params, models, body_timeout_s=60.0, **{cap: 2}) as (client, port):
+        slow = [raw(port, source) for source in slow_sources]
+        try:
+            for sock in slow:
+                sock.sendall(SLOW_BODY)
+            with client_from(port, probe_source) as probe:
+                refused = first_answer(probe, status)
+                health = probe.get("/health")
+                if status == 429:
+                    other = client.get("/")  # another client's share is its own
+                    assert other.status_code == 200, other.text
+        finally:
+            for sock in slow:
+                sock.close()
+        with client_from(port, probe_source) as probe:
+            again = first_answer(probe, 200)
+    assert refused.status_code == status, refused.text
+    assert f"serve.{cap}" in refused.json()["detail"] and refused.headers["retry-after"]
+    assert health.status_code == 200
+    assert again.status_code == 200, f"the closed uploads are still counted: {again.text}"
