@@ -246,6 +246,14 @@ class SpeechHub(Strict):
     speaker_column: str | None
 
 
+class SpeechReal(Strict):
+    """speech_data.real: a real French voice for evaluation only (sonfolio.speech.data.real)."""
+
+    enabled: bool  # false: no real set (eval@speech and the report say it is absent)
+    min_words: Positive  # prompts with fewer words (tokens holding a letter or digit) are left out
+    max_duration_s: Annotated[float, Field(gt=0.0)]  # longer prompts are left out
+
+
 class SpeechData(Strict):
     """speech_data: the clips' source (espeak-ng or a corpus) and what is kept of it."""
 
@@ -256,6 +264,7 @@ class SpeechData(Strict):
     seed: int
     synthetic: SpeechSynthetic
     hub: SpeechHub
+    real: SpeechReal
 
 
 def check_clips_fit(data: SpeechData, tokenizer: SpeechTokenizer) -> None:

@@ -56,6 +56,15 @@ class ScoreEval(Strict):
     seed: int
 
 
+class SpeechEvalReal(Strict):
+    """speech_eval.real: the real voice (speech_data.real) read by every variant and the base,
+    and the gate against the base (sonfolio.speech.eval.real)."""
+
+    max_samples: Positive | None  # a seeded random subset; null: every clip
+    max_wer_increase: Annotated[float, Field(ge=0.0)]  # vs the untouched base, absolute
+    fail_on_gate: bool  # a variant past the gate fails the stage (else: marked failed)
+
+
 class SpeechEval(Strict):
     """Stage eval@speech: every variant on the same clips (docs/evaluation.md)."""
 
@@ -66,6 +75,7 @@ class SpeechEval(Strict):
     threads: Positive | None  # CPU threads (torch and ONNX Runtime); null: all cores
     worst_examples: Annotated[int, Field(ge=0)]  # per variant and split, with audio paths
     zero_shot_base: Annotated[str, Field(min_length=1)] | None  # the untouched base, scored too
+    real: SpeechEvalReal
     seed: int
 
 

@@ -6,7 +6,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sonfolio.report.items import Figure, Gallery, Section, Table, fmt
+from sonfolio.report.items import Figure, Gallery, Item, Missing, Section, Table, fmt
 from sonfolio.report.plots import bar_chart
 from sonfolio.report.samples import VIEWS, SampleSplit, copy_asset
 from sonfolio.report.sources import Sources, missing, read_json
@@ -158,6 +158,55 @@ def engraving_pages(track: str, src: Sources, out: Path) -> Gallery | None:
     return Gallery("One held-out page per engraving, as read (boxes: the systems cut)", figures)
 
 
+def real_items(
+    track: ReportFace, ev: dict[str, Any], src: Sources, out: Path, cfg: Report
+) -> list[Item]:
+    """A real voice, measured only (the speech eval's `real`): each model's figures beside the
+    untouched base and the gate, then the sample variant's worst clips; or the set marked
+    absent, with why. Nothing when the eval has no `real`."""
+    real = ev.get("real")
+    if not real:
+        return []
+    if "absent" in real:
+        what = f"{track.name}: the real-voice set is absent ({real['absent']})"
+        return [Missing(what, f"dvc repro -f data@{track.name} eval@{track.name}")]
+    base, found = real.get("base"), real.get("variants", {})
+    rows = [
+        [
+            name + (" (untouched base)" if name == base else ""),
+            m.get("kind", "—"),
+            fmt(m.get("wer")),
+            fmt(m.get("cer")),
+            fmt(m.get("wer_vs_base")) if name != base else "—",
+            m.get("gate", "—") if name != base else "—",
+            fmt(m.get("clips_per_s")),
+        ]
+        for name, m in found.items()
+    ]
+    failed = real.get("gate_failures") or []
+    note = (
+        f"{real.get('clips', '—')} clips ({fmt(real.get('audio_s', 0) / 60)} min) of Asterisk's "
+        "French prompts read by one Canadian French speaker (Debian asterisk-core-sounds-fr, "
+        "CC-BY-SA-3.0), never trained or tuned on, each read whole as `sonfolio transcribe` "
+        "reads a file. Gate: a variant's WER may exceed the untouched base's by at most "
+        f"+{real.get('max_wer_increase', '—')} (speech_eval.real). "
+        + ("Past the gate: " + "; ".join(failed) if failed else "No variant is past the gate.")
+    )
+    items: list[Item] = [
+        Table(
+            "A real voice (measured only)",
+            ["model", "runtime", "WER", "CER", "WER vs base", "gate", "clips/s"],
+            rows,
+            note,
+        )
+    ]
+    variant = sample_variant(ev, cfg)
+    if variant in found:
+        at = SampleSplit(track.name, variant, "real", found[variant])
+        items.append(VIEWS[track.eval_samples](at, src, out, cfg))
+    return items
+
+
 def quality_plot(track: ReportFace, ev: dict[str, Any], dest: Path, dpi: int) -> None:
     key = track.report_quality[0]
     variants = list(ev["variants"])
@@ -197,6 +246,7 @@ def eval_section(track: ReportFace, src: Sources, out: Path, cfg: Report) -> Sec
         section.items.append(table)
     if (table := engravings_table(ev)) is not None:
         section.items.append(table)
+    section.items += real_items(track, ev, src, out, cfg)
     if (gallery := engraving_pages(track.name, src, out)) is not None:
         section.items.append(gallery)
     name = f"assets/{track.name}_quality.png"

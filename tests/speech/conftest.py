@@ -40,14 +40,16 @@ def hub_offline(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(scope="session")
 def tiny_speech(params: Params) -> Callable[..., SpeechData]:
-    """The real speech_data section with 80 clips, 2 workers, and any key overridden
-    (`synthetic={...}` updates the synthetic subsection)."""
+    """The real speech_data section with 80 clips, 2 workers, no real-voice set (its own tests,
+    tests/speech/test_real_voice.py, build it), and any key overridden (`synthetic={...}`
+    updates the synthetic subsection)."""
 
     def shrink(synthetic: dict[str, Any] | None = None, **top: Any) -> SpeechData:
         cfg = params.speech_data
         update = {"utterances": TINY_UTTERANCES, **(synthetic or {})}
         syn = cfg.synthetic.model_copy(update=update)
-        return cfg.model_copy(update={"synthetic": syn, "workers": 2, **top})
+        real = cfg.real.model_copy(update={"enabled": False})
+        return cfg.model_copy(update={"synthetic": syn, "workers": 2, "real": real, **top})
 
     return shrink
 

@@ -20,11 +20,17 @@ class SpeechDataFace:
 
         French clips (16 kHz mono WAV) spoken by espeak-ng or read from a corpus; rows (audio,
         text, text_norm, duration, speaker, split) as sonfolio.speech.data.dataset.build makes
-        them. `download_cache` is unused: a hub corpus is cached by `datasets` itself.
+        them (a hub corpus is cached by `datasets` itself). Beside them, under out/real/ and
+        in no manifest row, the real voice that eval@speech alone reads
+        (sonfolio.speech.data.real; its Debian packages fetched into `download_cache` when
+        they are not installed); its stats under `real`.
         """
+        from sonfolio.speech.data import real
         from sonfolio.speech.data.dataset import build
 
-        return build(cfg, out)
+        rows, stats = build(cfg, out)
+        stats["real"] = real.build(cfg.real, download_cache / "debian", out)
+        return rows, stats
 
 
 FACE = SpeechDataFace()

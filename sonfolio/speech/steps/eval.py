@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +36,14 @@ class SpeechEvalFace:
         """None: WER and CER are computed in-process, with no outside tool."""
         return None
 
-    def eval_extra(self, params: Any, paths: Any) -> None:
-        """None: no figures beyond the variants' own."""
-        return None
+    def eval_extra(self, params: Any, paths: Any) -> Callable[[Path], dict[str, Any]]:
+        """The real voice (data@speech's real/ set) read whole by every variant and the base,
+        gated against the base (speech_eval.real): `real` in the metrics, or why it is absent
+        (the data stage's stats say)."""
+        from sonfolio.speech.eval.real import real_voice
+
+        stats = params.paths.metrics / f"{self.name}_data.json"
+        return partial(real_voice, params.speech_eval, params.infer, paths, stats)
 
     def eval_inputs(self, variant: Any, rows: list[dict], data: Path) -> Any:
         """(B, mel bins, frames) log-mel features of `rows`' clips under `data`, for `variant`."""
