@@ -261,7 +261,28 @@ def test_dead_ends_of_format_3_die_at_once():
 def test_a_copy_carries_every_field():
     state = _state(rf"{H} c'4~ -. ( \tuplet 3/2 {{ c'8 d'8 <e'")
     copy = state.copy()
-    assert all(getattr(copy, n) is getattr(state, n) for n in State.__slots__[:-2])
+    # the parser's fields (TokenState's) and the partial token; not the caches
+    fields = [n for c in State.__mro__ for n in getattr(c, "__slots__", ())]
+    fields.remove("children")
+    fields.remove("_complete")
+    assert len(fields) == 26 and "partial" in fields and "chord" in fields
+    assert all(getattr(copy, n) is getattr(state, n) for n in fields)
+
+
+def test_a_refusal_costs_a_false_and_says_why_only_in_validate():
+    """The decoders' refusal is a Why, the int 0 (tested as False, equal only to itself);
+    validate runs the same parser, foreseeing nothing, and names the fault where it breaks."""
+    state = State.start()
+    for tok in rf"{H} c'4 d'4 e'4".split(" "):
+        assert state.take(tok) is True
+    overfull = state.copy().take("d'2")  # the bar can no longer end at 4/4: dead at once
+    short = state.take("|")
+    assert not overfull and not short and overfull != short and short == short
+    assert short is not False and short != False  # noqa: E712 (a Why is not False, only falsy)
+    with pytest.raises(canonical.CanonicalError, match="bar 1 lasts 5/4, the measure is 1"):
+        canonical.validate(rf"{H} c'4 d'4 e'4 d'2 | f'1")
+    with pytest.raises(canonical.CanonicalError, match="bar 1 lasts 3/4, the measure is 1"):
+        canonical.validate(rf"{H} c'4 d'4 e'4 | f'1")
 
 
 def test_agrees_with_validate_on_synthetic_systems_and_their_mutations(systems):

@@ -128,11 +128,14 @@ def test_a_hang_is_cut_by_the_timeout(lilypond, tmp_path):
     assert summarize(results)["timeouts"] == 1
 
 
-def test_bar_tolerant_parser_is_canonicals_own():
-    """The compile check reuses canonical's parser: if it is renamed or its length checks
-    move, this fails instead of the check silently accepting more."""
+def test_bar_tolerant_reader_is_canonicals_own():
+    """The compile check reuses canonical's parser (the grammar's one reader): if it is renamed
+    or its length checks move, this fails instead of the check silently accepting more."""
     from sonfolio.score.common import canonical
 
-    assert issubclass(compile_check._BarTolerantParser, canonical.Parser)
+    assert issubclass(compile_check._BarTolerantReader, canonical.Reader)
     with pytest.raises(canonical.CanonicalError, match="lasts"):
         canonical.validate(SHORT_BAR)
+    with pytest.raises(canonical.CanonicalError, match="longer than the measure"):
+        canonical.validate(H + "c'1 | d'1 e'4")
+    assert check_grammar(H + "c'1 | d'1 e'4") is None  # a long last bar: compiled, counted

@@ -1,7 +1,7 @@
 """Decoding under the canonical grammar, every text a model writes valid: the one module the
 score track's infer face hands the runtime (sonfolio.variants) and the app.
 
-- `State` (sonfolio.score.decode.state): the grammar read a piece at a time;
+- `State` (sonfolio.score.decode.state): the grammar's parser read a piece at a time;
 - `ctc_decode` (search): the CTC head read by a prefix beam search under the grammar, beside
   the greedy reading repaired (`repair`), the likelier winning (`ctc_logp`);
 - `GreedyConstraint`, `logits_processor` (constraint): greedy attention decoding under it;

@@ -10,8 +10,8 @@ from fractions import Fraction
 
 from sonfolio.score.common import canonical as cn
 from sonfolio.score.common import lexicon as lx
+from sonfolio.score.common.modes import AFTER_BAR, BODY
 from sonfolio.score.decode.state import State
-from sonfolio.score.decode.tables import AFTER_BAR, BODY
 
 
 def _event_end(tok: str) -> tuple[str, str, str] | None:

@@ -1,6 +1,7 @@
-"""The canonical grammar's tokens as the incremental parser reads them: the modes (what may
-come next), the table of every token a mode allows with what it means, and the parses of a
-note, a time signature and a pickup, cached (sonfolio.score.decode.state reads them)."""
+"""The canonical grammar's tokens as a decoder reads them a piece at a time: the table of every
+prefix of the tokens a mode allows, with what it can still become (sonfolio.score.decode.state
+reads them; the modes and the parses of a token are the parser's own,
+sonfolio.score.common.modes)."""
 
 from __future__ import annotations
 
@@ -10,48 +11,37 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from sonfolio.score.common import lexicon as lx
-
-# What may come next (the parser's position). H*: the header; C*: a change's arguments.
-(
-    HCLEF_CMD,
-    HCLEF,
-    HKEY_CMD,
-    HTONIC,
-    HMODE,
+from sonfolio.score.common.modes import (
+    AFTER_BAR,
+    AFTER_GRACE,
     AFTER_KEY,
-    HTIME,
     AFTER_TIME,
-    HPARTIAL,
+    BAR,
     BODY,
     CCLEF,
-    CTONIC,
+    CHORD,
     CMODE,
     CTIME,
-    RATIO,
-    OPEN,
-    TUP,
-    CHORD,
-    START,
-    HBAR,
-    BAR,
-    AFTER_BAR,
+    CTONIC,
+    GCHORD,
     GOPEN,
     GRACE,
-    GCHORD,
-    AFTER_GRACE,
-) = range(26)
-# START: the body's first token after a \partial (a `\bar ".|:"` may open it); HBAR, BAR: the
-# type of a header or in-body `\bar`; AFTER_BAR: the `|` a mid-text `\bar` stands before;
-# GOPEN, GRACE, GCHORD: a grace group's `{`, its notes and `}`, a chord in it; AFTER_GRACE: the
-# note or chord a grace group ornaments.
+    HBAR,
+    HCLEF,
+    HCLEF_CMD,
+    HKEY_CMD,
+    HMODE,
+    HTIME,
+    HTONIC,
+    OPEN,
+    RATIO,
+    START,
+    TUP,
+    event_of,
+    pitch_key,
+)
 
-ORDER = {cmd: i for i, cmd in enumerate(lx.CHANGE_ORDER)}  # \clef 0, \key 1, \time 2
-MARK_RANK = lx.MARK_RANK  # a marking's place in the order after an event
-FERMATA = "\\fermata"  # the one marking a rest takes
-BAR_TYPES, BAR_ENDS = frozenset(lx.BAR_TYPES), frozenset(lx.BAR_END_TYPES)
-BAR_STARTS = frozenset(lx.BAR_START_TYPES)
-SHORTEST = min(lx.duration_value(d) for d in lx.DURATIONS)  # 1/64: the shortest event
-# Prefixes of a \partial argument: D, D., D.., D*N, D*N/M (canonical's _PARTIAL), cut anywhere.
+# Prefixes of a \partial argument: D, D., D.., D*N, D*N/M (lexicon's PARTIAL), cut anywhere.
 PARTIAL_PREFIX = re.compile(
     r"(?:3|6|(?:1|2|4|8|16|32|64)\.{0,2}(?:\*(?:[1-9][0-9]*(?:/(?:[1-9][0-9]*)?)?)?)?)?"
 )
@@ -175,47 +165,3 @@ def token_tables() -> dict[int, dict[str, _Lex]]:
         GCHORD: _table(grace_chord),
         AFTER_GRACE: _table({**notes, **{"<" + p: None for p in pitches}}),
     }
-
-
-@functools.lru_cache(maxsize=65536)
-def event_of(tok: str) -> tuple[frozenset, Fraction, bool] | None:
-    """A note or rest token -> (pitches, length, tied); None when it is neither."""
-    if (m := lx.NOTE.fullmatch(tok)) is not None:
-        return (
-            frozenset((lx.pitch_order(m.group(1)),)),
-            lx.dur_value(m.group(2), m.group(3)),
-            bool(m.group(4)),
-        )
-    if (m := lx.REST.fullmatch(tok)) is not None:
-        return frozenset(), lx.dur_value(m.group(1), m.group(2)), False
-    return None
-
-
-@functools.lru_cache(maxsize=4096)
-def pitch_key(name: str) -> tuple[int, int] | None:
-    return lx.pitch_order(name) if lx.PITCH.fullmatch(name) is not None else None
-
-
-@functools.lru_cache(maxsize=1024)
-def time_length(tok: str) -> Fraction | None:
-    """A time signature token's measure, as canonical's time_arg reads it; None: not one."""
-    m = lx.FRACTION.fullmatch(tok)
-    if m is None or int(m.group(1)) > lx.MAX_TIME_NUMERATOR:
-        return None
-    if int(m.group(2)) not in lx.DURATION_BASES:
-        return None
-    return Fraction(int(m.group(1)), int(m.group(2)))
-
-
-def partial_length(tok: str, measure: Fraction) -> Fraction | None:
-    """A \\partial argument's length, as canonical's partial_arg checks it; None: rejected."""
-    m = lx.PARTIAL.fullmatch(tok)
-    if m is None:
-        return None
-    length = lx.dur_value(m.group(1), m.group(2)) * int(m.group(3) or 1) / int(m.group(4) or 1)
-    try:
-        if lx.partial_token(length) != tok:
-            return None
-    except ValueError:
-        return None
-    return length if length < measure else None

@@ -20,7 +20,6 @@ Outcome per system (docs/evaluation.md gives the strict definition):
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import shutil
 import subprocess
@@ -31,6 +30,7 @@ from pathlib import Path
 
 from sonfolio.score.common import canonical, lexicon
 from sonfolio.score.common.lilypond import Compiled, PageCountError, compile_systems
+from sonfolio.score.common.refusals import Why
 
 log = logging.getLogger(__name__)
 
@@ -49,26 +49,26 @@ class CompileResult:
         return any("bar check failed" in w for w in self.warnings)
 
 
-class _BarTolerantParser(canonical.Parser):
+class _BarTolerantReader(canonical.Reader):
     """The canonical parser with bar lengths not enforced (every other rule kept).
 
-    Reuses canonical's own parser so the two can never disagree on what is safe: before each
+    Reuses canonical's own reader so the two can never disagree on what is safe: before each
     length check runs, the bar's length is set to what the check expects. A private class of
     our own package, used on purpose; tests/score/test_eval_compile.py pins the behaviour.
     """
 
-    def bar_check(self) -> None:
-        expected = self.partial if (self.bars == 0 and self.partial is not None) else self.measure
+    def bar_check(self) -> bool | Why:
+        expected = self.room()
         if self.bar_events and not self.clef_pending and expected is not None:
             self.bar = expected
-        super().bar_check()
+        return super().bar_check()
 
-    def end(self) -> None:
-        if self.bars == 0 and self.partial is not None:
-            self.bar = self.partial
+    def finish(self) -> bool | Why:
+        if self.bars == 0 and self.pickup is not None:
+            self.bar = self.pickup
         elif self.measure is not None:
             self.bar = min(self.bar, self.measure)
-        super().end()
+        return super().finish()
 
 
 def check_grammar(text: str, time: str | None = None) -> str | None:
@@ -76,11 +76,8 @@ def check_grammar(text: str, time: str | None = None) -> str | None:
     (the grammar's message)."""
     if not text:
         return "empty text"
-    try:
-        _BarTolerantParser(text, time).run()
-    except canonical.CanonicalError as err:
-        return str(err)
-    return None
+    _, error = canonical.read(text, time, _BarTolerantReader)
+    return None if error is None else str(error)
 
 
 def lilypond_text(text: str, time: str | None = None) -> str:
@@ -99,11 +96,9 @@ def lilypond_text(text: str, time: str | None = None) -> str:
 def _time_of_first_bar(text: str) -> str:
     """N/D (N <= 32) for the measure the first full bar sets (as `validate` reads it); with
     no full bar, the shortest such measure that holds the whole text (4/4 if none does)."""
-    parser = canonical.Parser(text)
     # a text with wrong bar lengths still compiles: what was read before the error serves
-    with contextlib.suppress(canonical.CanonicalError):
-        parser.run()
-    length = parser.measure if parser.measure is not None else parser.bar
+    reader, _ = canonical.read(text)
+    length = reader.measure if reader.measure is not None else reader.bar
     for den in lexicon.DURATION_BASES[2:] + lexicon.DURATION_BASES[:2]:  # 4, 8, ... 1, 2
         num = length * den
         if num.denominator == 1 and 1 <= num <= lexicon.MAX_TIME_NUMERATOR:
