@@ -9,14 +9,24 @@ owns and kills when its item runs past `time_limit_s`; the item is then reported
 this too, but is not a dependency; the supervisor below is ~100 lines of the standard library.)
 When the stage is stopped (Ctrl-C, SIGTERM), every worker is stopped before the stage exits:
 no orphan process keeps running, and their `finally` blocks (temporary folders) run.
+
+Time is not enough: a 19.9 MB kern file took music21 to 7.6 GB within its 120 s (issue 35),
+and one worker runs per core. With `memory_limit_mb`, each worker may add that much address
+space to what it held when it started (Linux: RLIMIT_AS, set in the worker after the fork);
+an item past it gets a MemoryError, which the worker reports as `lost` ("out_of_memory")
+before it exits, and a fresh worker takes its place. A worker's resident memory is then at
+most its size at the fork plus the limit (music21's parse grows both alike), so the pool's
+is bounded by workers x that, whatever the input.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -30,6 +40,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemaining
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+log = logging.getLogger(__name__)
+
+OUT_OF_MEMORY = "out_of_memory"  # the `lost` reason of an item past `memory_limit_mb`
+_MB = 1 << 20
 
 _STOP_GRACE_S = 2.0  # a worker asked to stop (SIGTERM) is killed (SIGKILL) after this
 _PARENT_CHECK_S = 1.0  # an idle worker checks this often that the stage is still alive
@@ -85,28 +100,66 @@ def pool_map(
     label: str,
     *,
     time_limit_s: float | None = None,
+    memory_limit_mb: float | None = None,
     lost: Callable[[T, str], R] | None = None,
 ) -> Iterable[R]:
     """Map in a pool of processes (in order) with a progress bar.
 
-    In-process when workers == 1 and there is no time limit (a limit needs a process to kill).
+    In-process when workers == 1 and there is no limit (a limit needs a process of its own).
 
     Args:
         time_limit_s: an item still running after this many seconds has its worker killed.
-        lost: the result for an item whose worker was killed for time ("timeout") or died
-            ("worker_died", e.g. killed for memory); None raises WorkerLost instead.
+        memory_limit_mb: address space a worker may add to its size at start (RLIMIT_AS,
+            Linux; elsewhere a warning says it is not enforced).
+        lost: the result for an item whose worker was killed for time ("timeout"), ran past
+            the memory limit ("out_of_memory") or died ("worker_died", e.g. killed by the
+            system for memory, a crash); None raises WorkerLost instead.
     """
+    if memory_limit_mb is not None and not _can_limit_memory():
+        log.warning(
+            "%s: no memory limit per worker on %s (RLIMIT_AS is enforced on Linux only)",
+            label,
+            sys.platform,
+        )
+        memory_limit_mb = None
+    limits = _Limits(time_limit_s, memory_limit_mb)
     with progress() as bar:
         task = bar.add_task(label, total=len(items))
-        if workers == 1 and time_limit_s is None:
+        if workers == 1 and limits == _Limits():
             for item in items:
                 yield fn(item)
                 bar.advance(task)
             return
         with sigterm_raises():
-            for res in _supervise(fn, items, max(1, workers), time_limit_s, lost):
+            for res in _supervise(fn, items, max(1, workers), limits, lost):
                 yield res
                 bar.advance(task)
+
+
+@dataclass(frozen=True)
+class _Limits:
+    time_s: float | None = None
+    memory_mb: float | None = None
+
+
+def _can_limit_memory() -> bool:
+    return sys.platform == "linux"
+
+
+def _limit_memory(memory_mb: float | None) -> None:
+    """In a worker: let it grow by `memory_mb` of address space past its size now (what the
+    fork gave it: the stage's imports), never past the hard limit it inherited."""
+    if memory_mb is None:
+        return
+    import resource
+
+    with open("/proc/self/statm", encoding="ascii") as f:  # size in pages, first field
+        size = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    soft = size + int(memory_mb * _MB)
+    if hard != resource.RLIM_INFINITY:
+        soft = min(soft, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
 @dataclass
@@ -127,21 +180,22 @@ class _Worker(Generic[T]):
         self.conn.close()
 
 
-def _start(fn: Callable[[T], R]) -> _Worker[T]:
+def _start(fn: Callable[[T], R], memory_mb: float | None) -> _Worker[T]:
     ctx = multiprocessing.get_context("fork")  # workers inherit the imported modules
     parent_end, child_end = ctx.Pipe()
-    process = ctx.Process(target=_work, args=(child_end, fn, os.getpid()), daemon=True)
+    process = ctx.Process(target=_work, args=(child_end, fn, os.getpid(), memory_mb), daemon=True)
     process.start()
     child_end.close()
     return _Worker(process, parent_end)
 
 
-def _work(conn: Connection, fn: Callable[[Any], Any], parent: int) -> None:
+def _work(conn: Connection, fn: Callable[[Any], Any], parent: int, memory_mb: float | None) -> None:
     # Ctrl-C reaches the whole process group: the parent stops the workers, so they ignore it
     # (else each prints a traceback). SIGTERM raises, so that `finally` blocks run.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     _term_with_parent()
+    _limit_memory(memory_mb)
     while True:
         if not conn.poll(_PARENT_CHECK_S):
             if os.getppid() != parent:  # the stage was killed outright (SIGKILL): stop too
@@ -151,13 +205,29 @@ def _work(conn: Connection, fn: Callable[[Any], Any], parent: int) -> None:
         if job is None:
             return
         try:
-            conn.send(("ok", fn(job)))
-        except Exception as exc:
-            remote = traceback.format_exc()
-            try:
-                conn.send(("error", exc, remote))
-            except Exception:  # the exception itself does not pickle: send its text
-                conn.send(("error", RuntimeError(f"{type(exc).__name__}: {exc}"), remote))
+            _answer(conn, fn, job)
+        except MemoryError:
+            pass  # out of the handler, the item's frames (and their memory) are freed
+        else:
+            continue
+        # Past the limit: said once the memory is back, then this worker, whose heap may be
+        # in any state, is replaced.
+        conn.send(("lost", OUT_OF_MEMORY))
+        return
+
+
+def _answer(conn: Connection, fn: Callable[[Any], Any], job: Any) -> None:
+    """Send fn(job), or the exception it raised; a MemoryError is the caller's."""
+    try:
+        conn.send(("ok", fn(job)))
+    except MemoryError:
+        raise
+    except Exception as exc:
+        remote = traceback.format_exc()
+        try:
+            conn.send(("error", exc, remote))
+        except Exception:  # the exception itself does not pickle: send its text
+            conn.send(("error", RuntimeError(f"{type(exc).__name__}: {exc}"), remote))
 
 
 def worker_signals() -> None:
@@ -185,7 +255,7 @@ def _supervise(
     fn: Callable[[T], R],
     items: Sequence[T],
     workers: int,
-    time_limit_s: float | None,
+    limits: _Limits,
     lost: Callable[[T, str], R] | None,
 ) -> Iterator[R]:
     pending = deque(enumerate(items))
@@ -193,12 +263,12 @@ def _supervise(
     pool: list[_Worker[T]] = []
     next_out = 0
     try:
-        pool = [_start(fn) for _ in range(min(workers, len(items)))]
+        pool = [_start(fn, limits.memory_mb) for _ in range(min(workers, len(items)))]
         while next_out < len(items):
             for w in pool:
                 if w.job is None and pending:
                     w.job = pending.popleft()
-                    w.deadline = time.monotonic() + (time_limit_s or float("inf"))
+                    w.deadline = time.monotonic() + (limits.time_s or float("inf"))
                     w.conn.send(w.job[1])
             while next_out in done:
                 yield done.pop(next_out)
@@ -221,7 +291,7 @@ def _supervise(
                 done[index] = result
                 if replace:
                     w.stop()
-                    pool[k] = _start(fn)
+                    pool[k] = _start(fn, limits.memory_mb)
     finally:
         for w in pool:
             with contextlib.suppress(OSError):
@@ -242,10 +312,13 @@ def _collect(w: _Worker[T], lost: Callable[[T, str], R] | None) -> tuple[int, R,
         except (EOFError, OSError):  # died while sending
             reason = "worker_died"
         else:
-            w.job = None
-            if message[0] == "error":
-                raise message[1] from RemoteError(message[2])
-            return index, message[1], False
+            if message[0] == "lost":  # the worker says why, then exits
+                reason = message[1]
+            else:
+                w.job = None
+                if message[0] == "error":
+                    raise message[1] from RemoteError(message[2])
+                return index, message[1], False
     elif not w.process.is_alive():
         reason = "worker_died"
     elif time.monotonic() >= w.deadline:
@@ -254,7 +327,8 @@ def _collect(w: _Worker[T], lost: Callable[[T, str], R] | None) -> tuple[int, R,
         return None
     w.job = None
     if lost is None:
-        raise WorkerLost(f"a worker {'ran past its time limit' if reason == 'timeout' else 'died'}")
+        what = {"timeout": "ran past its time limit", OUT_OF_MEMORY: "ran past its memory limit"}
+        raise WorkerLost(f"a worker {what.get(reason, 'died')}")
     return index, lost(item, reason), True
 
 

@@ -184,6 +184,103 @@ def test_a_training_stage_checks_its_preset():
         parse_sections(TrainParams, raw)
 
 
+@pytest.mark.parametrize(
+    ("model", "data", "says"),
+    [
+        (  # issue 35: passed the check, failed when training built the model
+            {"patch": [97, 8]},
+            {},
+            "score_train.model.patch = [97, 8]: its height 97 does not divide "
+            "score_train.model.image_height = 96 (the ViT cuts the image into whole patches): "
+            "set the patch's height to one of [96, 48, 32, 24]",
+        ),
+        (
+            {"patch": [96, 7]},
+            {},
+            "its width 7 does not divide score_data.image_long_side = 640",
+        ),
+        (
+            {"encoder": "conv", "image_height": 100},
+            {},
+            "score_train.model.image_height = 100 is not a multiple of 32: set it to 96 or 128",
+        ),
+        (
+            {"encoder": "conv"},
+            {"image_long_side": 642},
+            "score_data.image_long_side = 642 is not a multiple of 4: set it to 640 or 644, or "
+            "lower width_pools",
+        ),
+    ],
+)
+def test_an_image_the_score_model_cannot_cut_fails_the_params_check(model, data, says):
+    """What building the model would refuse (sonfolio/score/model/model.py) fails with the
+    params, in the whole file's check and in the train stage's own, naming both keys."""
+    raw = raw_params()
+    raw["score_train"]["model"].update(model)
+    raw["score_data"].update(data)
+    for check in (parse_params, lambda r: parse_sections(TrainParams, r)):
+        with pytest.raises(ParamsError) as err:
+            check(raw)
+        assert says in str(err.value)
+    raw["score_train"]["model"]["pretrained"] = "some/model"  # brings its own image size
+    assert parse_params(raw).score_train.model.pretrained == "some/model"
+
+
+def test_the_check_refuses_what_the_model_builder_refuses_and_nothing_else(params):
+    """The params check and the model builder agree, image by image (no false alarm)."""
+    from sonfolio.config.train import check_score_input
+    from sonfolio.score.model.model import SIZES, _encoder_config
+
+    shipped = params.score_train.model
+    for encoder, patch, height, width, channels, pools in [
+        ("vit", (96, 8), 96, 640, 5, 2),  # the shipped model
+        ("vit", (97, 8), 96, 640, 5, 2),
+        ("vit", (48, 10), 96, 640, 5, 2),
+        ("vit", (96, 7), 96, 640, 5, 2),
+        ("conv", (97, 7), 96, 640, 5, 2),  # a conv encoder has no patches
+        ("conv", (96, 8), 100, 640, 5, 2),
+        ("conv", (96, 8), 64, 640, 6, 7),
+        ("conv", (96, 8), 64, 642, 6, 2),
+    ]:
+        conv = shipped.conv.model_copy(update={"channels": [8] * channels, "width_pools": pools})
+        model = shipped.model_copy(
+            update={"encoder": encoder, "patch": patch, "image_height": height, "conv": conv}
+        )
+        try:
+            _encoder_config(model, SIZES[model.size], width, 0.0)
+        except ValueError:
+            builds = False
+        else:
+            builds = True
+        try:
+            check_score_input(model, width)
+        except ValueError:
+            passes = False
+        else:
+            passes = True
+        assert passes == builds, (encoder, patch, height, width, channels, pools)
+
+
+@pytest.mark.parametrize("where", ["train_engine", "preset"])
+def test_a_micro_batch_that_cannot_divide_the_batch_fails_the_params_check(where):
+    raw = raw_params()
+    if where == "preset":
+        raw["train_presets"]["default"] = {"micro_batch": 64}
+    else:
+        raw["train_engine"]["micro_batch"] = 5
+    with pytest.raises(ParamsError) as err:
+        parse_sections(TrainParams, raw)
+    micro = 64 if where == "preset" else 5
+    assert (
+        f"train_engine.micro_batch = {micro} (with score_train.preset default) does not divide "
+        "score_train.effective_batch = 32: pick a divisor of it, or full, or auto"
+    ) in str(err.value)
+    raw["score_train"]["effective_batch"] = raw["speech_train"]["effective_batch"] = 320
+    for section in ("score_qat", "speech_qat"):
+        raw[section]["effective_batch"] = 320
+    assert parse_params(raw).score_train.effective_batch == 320
+
+
 def test_the_from_scratch_preset_is_valid_params_and_prints_dvc_overrides(capsys):
     """`dvc exp run $(sonfolio preset speech-from-scratch)`: every key it sets exists and the
     result validates; the overrides are YAML (null, lists) as `-S` reads them."""

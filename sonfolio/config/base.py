@@ -4,7 +4,9 @@ A bad value in params.yaml (or one set with `dvc exp run -S key=value`, which ed
 params.yaml) fails before any work with the key, the value and what is allowed. Unknown keys
 are rejected (`extra="forbid"`): a typo is an error, not a silently ignored setting. A
 true/false where a number belongs is an error (pydantic alone reads `max_steps: true` as 1),
-and a key written twice in one mapping is an error with both lines (YAML alone keeps the last).
+a key written twice in one mapping is an error with both lines (YAML alone keeps the last), and
+a YAML alias (`*name`) is an error with its line: params.yaml has no use for one, and aliases
+of aliases grow a 1 KB file into gigabytes (8 levels kept `check-params` busy past 400 s).
 """
 
 from __future__ import annotations
@@ -100,28 +102,58 @@ def read_yaml(path: Path) -> Any:
     """params.yaml as loaded by YAML, not yet validated.
 
     Raises:
-        ParamsError: the file is missing or is not YAML.
+        ParamsError: the file is missing, is not YAML, names a key twice or holds an alias.
     """
     if not path.is_file():
         raise ParamsError(f"{path} not found: run from the project root, or pass its path")
+    return load_yaml(path.read_text(encoding="utf-8"), str(path))
+
+
+def load_yaml(text: str, origin: str) -> Any:
+    """`text` (params.yaml's, read from `origin`) loaded by YAML, not yet validated.
+
+    Raises:
+        ParamsError: not YAML, a key written twice, or an alias; naming `origin` and the line.
+    """
     try:
-        # UniqueKeyLoader is a SafeLoader: no Python objects built from tags
-        return yaml.load(path.read_text(encoding="utf-8"), Loader=UniqueKeyLoader)  # noqa: S506
-    except DuplicateKeyError as err:
-        raise ParamsError(f"{path}: {err}") from None
+        # ParamsLoader is a SafeLoader: no Python objects built from tags
+        return yaml.load(text, Loader=ParamsLoader)  # noqa: S506
+    except (DuplicateKeyError, AliasError) as err:
+        raise ParamsError(f"{origin}: {err}") from None
     except yaml.YAMLError as err:
-        raise ParamsError(f"{path} is not valid YAML: {err}") from None
+        raise ParamsError(f"{origin} is not valid YAML: {err}") from None
 
 
 class DuplicateKeyError(yaml.constructor.ConstructorError):
     """A mapping of params.yaml names one key twice."""
 
 
-class UniqueKeyLoader(yaml.SafeLoader):
-    """PyYAML's SafeLoader, but a key written twice in one mapping is an error naming both
-    lines: PyYAML keeps the last silently, so an edit to the first copy would do nothing.
-    (PyYAML has no option for this; ruamel.yaml has, but the project reads YAML with PyYAML.)
+class AliasError(yaml.composer.ComposerError):
+    """params.yaml holds a YAML alias (`*name`, `<<: *name` too)."""
+
+
+class ParamsLoader(yaml.SafeLoader):
+    """PyYAML's SafeLoader, less two things params.yaml never needs:
+
+    - a key written twice in one mapping is an error naming both lines: PyYAML keeps the last
+      silently, so an edit to the first copy would do nothing. (PyYAML has no option for this;
+      ruamel.yaml has, but the project reads YAML with PyYAML.)
+    - an alias is an error naming its line, refused as it is read, before it is expanded: a
+      list of nine aliases of a list of nine aliases, eight levels deep, is 9**8 = 43 million
+      values to validate from half a KB of text (issue 35: past 400 s; seven levels printed a
+      72 MB error). An anchor (`&name`) alone repeats nothing and is let be.
     """
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            mark = event.start_mark
+            raise AliasError(
+                f"line {mark.line + 1}, column {mark.column + 1}: *{event.anchor} is a YAML "
+                "alias, and params.yaml takes none: write the value out in full where it is "
+                "used (aliases of aliases expand a small file into gigabytes)"
+            )
+        return super().compose_node(parent, index)
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}

@@ -71,8 +71,12 @@ class ScoreLimits(Strict):
     careless input: docs/security.md). A file over a limit is skipped and counted with its
     reason; an archive over one is refused before anything is written."""
 
-    max_file_mb: Annotated[float, Field(gt=0.0)]  # a music file (an .mxl: unpacked) to parse
+    max_file_mb: Annotated[float, Field(gt=0.0)]  # a MusicXML file (an .mxl: unpacked)
+    max_kern_mb: Annotated[float, Field(gt=0.0)]  # a kern file (costs ~1-2 KB a byte to parse)
+    max_abc_mb: Annotated[float, Field(gt=0.0)]  # an ABC file (~2.6 KB a byte, tune by tune)
     parse_timeout_s: Annotated[float, Field(gt=0.0)]  # a piece parsing longer is killed
+    # address space one parse may add to its worker (RLIMIT_AS): a piece needing more is skipped
+    parse_memory_mb: Annotated[float, Field(ge=64.0)]
     archive_max_mb: Annotated[float, Field(gt=0.0)]  # an archive's total unpacked size
     archive_max_members: Positive  # files and folders in an archive
     archive_max_ratio: Annotated[float, Field(ge=1.0)]  # unpacked bytes / archive bytes

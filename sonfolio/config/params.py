@@ -28,6 +28,7 @@ from sonfolio.config.train import (
     ScoreTrain,
     SpeechTrain,
     check_presets,
+    check_score_input,
     engine_options,
 )
 
@@ -66,6 +67,11 @@ class Params(Sections):
     @model_validator(mode="after")
     def _clips_fit_the_window(self) -> Params:
         check_clips_fit(self.speech_data, self.speech_tokenizer)
+        return self
+
+    @model_validator(mode="after")
+    def _score_images_fit_the_model(self) -> Params:
+        check_score_input(self.score_train.model, self.score_data.image_long_side)
         return self
 
     def engine_options(self, preset: str) -> EngineOptions:

@@ -88,6 +88,52 @@ class ScoreModel(Strict):
     # dropout of every layer (encoder and decoder); null: the size's own (model.py SIZES)
     dropout: Annotated[float, Field(ge=0.0, lt=1.0)] | None
 
+    @model_validator(mode="after")
+    def _height_divides(self) -> ScoreModel:
+        check_score_input(self, None)
+        return self
+
+
+def check_score_input(model: ScoreModel, width: int | None) -> None:
+    """The image (model.image_height x `width`, score_data.image_long_side; None: the height
+    alone) divides into the encoder's patches or its conv blocks' pools, as the model built
+    from a size needs (sonfolio/score/model/model.py); a pretrained model brings its own.
+    Checked with the params, not when training builds the model.
+
+    Raises:
+        ValueError: naming both keys, their values and values that fit.
+    """
+    if model.pretrained is not None:
+        return
+    sides = [("height", model.image_height, "score_train.model.image_height")]
+    if width is not None:
+        sides.append(("width", width, "score_data.image_long_side"))
+    for k, (side, size, key) in enumerate(sides):
+        if model.encoder == "vit" and size % model.patch[k]:
+            raise ValueError(
+                f"score_train.model.patch = {list(model.patch)}: its {side} {model.patch[k]} "
+                f"does not divide {key} = {size} (the ViT cuts the image into whole patches): "
+                f"set the patch's {side} to one of {_divisors_near(size, model.patch[k])}, or "
+                f"change {key}"
+            )
+        pools = len(model.conv.channels) if k == 0 else model.conv.width_pools
+        if model.encoder == "conv" and size % 2**pools:
+            what = "channels' blocks" if k == 0 else "width_pools"
+            fix = "use fewer channels" if k == 0 else "lower width_pools"
+            step = 2**pools
+            near = sorted({max(step, size // step * step), (size // step + 1) * step})
+            raise ValueError(
+                f"score_train.model.conv halves the {side} {pools} times (its {what}): "
+                f"{key} = {size} is not a multiple of {step}: set it to "
+                f"{' or '.join(map(str, near))}, or {fix}"
+            )
+
+
+def _divisors_near(n: int, wanted: int, count: int = 4) -> list[int]:
+    """The `count` divisors of `n` closest to `wanted`, largest first."""
+    divisors = [d for d in range(1, n + 1) if n % d == 0]
+    return sorted(sorted(divisors, key=lambda d: abs(d - wanted))[:count], reverse=True)
+
 
 class ScoreTrain(TrainLoop):
     """score_train: the loop, the model, and how the trained model reads a system."""
@@ -146,10 +192,21 @@ def check_presets(params: Sections) -> None:
             )
             raise ValueError(f"train_presets.{name} = {override}: {problems}") from None
     for stage, cfg in params:
-        if isinstance(cfg, TrainLoop) and cfg.preset not in presets:
+        if not isinstance(cfg, TrainLoop):
+            continue
+        if cfg.preset not in presets:
             raise ValueError(
                 f"{stage}.preset = {cfg.preset!r} is not a train_presets name; known: "
                 f"{sorted(presets)}"
+            )
+        micro = engine_options(engine, presets, cfg.preset).micro_batch
+        # each process's share of effective_batch is cut into micro-batches
+        # (sonfolio/train/batch.py): one that does not divide the whole cannot divide a share
+        if isinstance(micro, int) and cfg.effective_batch % micro:
+            raise ValueError(
+                f"train_engine.micro_batch = {micro} (with {stage}.preset {cfg.preset}) does not "
+                f"divide {stage}.effective_batch = {cfg.effective_batch}: pick a divisor of it, "
+                "or full, or auto"
             )
 
 
@@ -177,3 +234,8 @@ class TrainParams(EngineSections):
     score_data: ScoreData
     score_train: ScoreTrain
     speech_train: SpeechTrain
+
+    @model_validator(mode="after")
+    def _width_divides(self) -> TrainParams:
+        check_score_input(self.score_train.model, self.score_data.image_long_side)
+        return self

@@ -1,17 +1,21 @@
-"""The data stage on hostile or careless corpora (issue 19): files too big or too slow to parse
-are skipped and counted with their reason, names that are not UTF-8 are named, a corpus too
-small for its splits fails saying what to change, and a stopped stage leaves no worker and no
-half-written folder behind. Every input is made here, in tmp_path.
+"""The data stage on hostile or careless corpora (issues 19, 35): files too big, too slow or too
+hungry to parse are skipped and counted with their reason (the stage's memory bounded), names
+that are not UTF-8 are named, a corpus too small for its splits fails saying what to change,
+and a stopped stage leaves no worker and no half-written folder behind. Every input is made
+here, in tmp_path.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -23,6 +27,7 @@ from sonfolio import tracks
 from sonfolio.config.data import ScoreData, ScoreSource
 from sonfolio.io import write_jsonl
 from sonfolio.score.data.dataset import EmptySplit, TooManySkipped, check_skips, parse_units
+from sonfolio.score.data.parse import too_large
 from sonfolio.score.data.sources import list_units, music21_corpus_root
 from sonfolio.speech.data.clips import Utterance
 from sonfolio.speech.data.dataset import check_splits as check_speech_splits
@@ -47,11 +52,15 @@ def test_files_over_the_size_cap_are_skipped_unread_and_counted(params, tmp_path
     folder = tmp_path / "mine"
     folder.mkdir()
     shutil.copy(chorales(1)[0], folder / "good.mxl")
-    cap = params.score_data.limits.max_file_mb
-    # A kern file and an ABC file of many tunes, each just past the default cap: listing must
-    # not split the ABC into tunes (that reads it whole), parsing must not open either.
-    (folder / "big.krn").write_bytes(b"**kern\n" + b"4c\n" * int(cap * MB / 3 + 1))
-    (folder / "big.abc").write_bytes(b"X:1\nK:C\nC|\n" * int(cap * MB / 11 + 1))
+    limits = params.score_data.limits
+    # Kern and ABC cost music21 1-3 KB of memory a byte (MusicXML far less), so their caps are
+    # their own, and lower (issue 35: a 19.9 MB kern file under the 20 MB cap took 7.6 GB).
+    # A kern file and an ABC file of many tunes, each just past its cap: listing must not
+    # split the ABC into tunes (that reads it whole), parsing must not open either.
+    kern_cap, abc_cap = limits.max_kern_mb, limits.max_abc_mb
+    assert kern_cap < limits.max_file_mb and abc_cap < limits.max_file_mb
+    (folder / "big.krn").write_bytes(b"**kern\n" + b"4c\n" * int(kern_cap * MB / 3 + 1))
+    (folder / "big.abc").write_bytes(b"X:1\nK:C\nC|\n" * int(abc_cap * MB / 11 + 1))
     cfg = own(params.score_data, folder)
     units = list_units(cfg.sources[0], tmp_path / "cache", 0, cfg.limits)
     assert sorted(u.piece for u in units) == ["mine/big.abc", "mine/big.krn", "mine/good.mxl"]
@@ -60,6 +69,144 @@ def test_files_over_the_size_cap_are_skipped_unread_and_counted(params, tmp_path
     assert parsed["mine/big.abc"].skip_reason == "too_large"
     assert parsed["mine/good.mxl"].skip_reason is None and parsed["mine/good.mxl"].systems
     assert check_skips(list(parsed.values()), 1.0) == {"too_large": 2}
+    assert f"score_data.limits.max_kern_mb is {kern_cap:g}: raise it" in str(
+        too_large(folder / "big.krn", limits)
+    )
+    assert f"score_data.limits.max_abc_mb is {abc_cap:g}: raise it" in str(
+        too_large(folder / "big.abc", limits)
+    )
+
+
+def plain_measures(path: Path, mb: float) -> Path:
+    """A kern file of `mb` MB of plain 4/4 measures: what music21 grows on fastest."""
+    bar = b"4c\n4d\n4e\n4f\n=\n"
+    path.write_bytes(b"**kern\n*M4/4\n" + bar * int(mb * MB / len(bar)) + b"*-\n")
+    return path
+
+
+def test_a_piece_over_the_memory_limit_is_skipped_naming_the_param_and_the_rest_parse(
+    params, tmp_path, caplog
+):
+    """Time alone does not bound memory (a 19.9 MB kern file reached 7.6 GB within 120 s):
+    a parse past score_data.limits.parse_memory_mb is stopped in its worker, counted
+    too_large, and a fresh worker parses the rest."""
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    for path in chorales(2):
+        shutil.copy(path, folder / path.name)
+    plain_measures(folder / "big.krn", 1.0)  # under the raised size cap: only memory stops it
+    limits = params.score_data.limits.model_copy(
+        update={"max_kern_mb": 20.0, "parse_memory_mb": 200.0}
+    )
+    cfg = own(params.score_data, folder, limits=limits)
+    units = list_units(cfg.sources[0], tmp_path / "cache", 0, cfg.limits)
+    parsed = parse_units(units, cfg)
+    reasons = {p.unit.path.name: p.skip_reason for p in parsed}
+    assert reasons == {"big.krn": "too_large", **{path.name: None for path in chorales(2)}}
+    assert all(p.systems for p in parsed if p.skip_reason is None)
+    assert (
+        "skipping mine/big.krn (too_large): parsing it needed more than 200 MB "
+        "(score_data.limits.parse_memory_mb: raise it in params.yaml"
+    ) in caplog.text
+    assert psutil.Process().children() == []  # the pool left no worker behind
+
+
+STAGE_ON_HUGE_KERN = """
+import json, sys
+from pathlib import Path
+
+from sonfolio import tracks
+from sonfolio.config.data import ScoreSource
+from sonfolio.config.params import load_params
+from tasks.data import run
+
+root, tmp, limits = Path(sys.argv[1]), Path(sys.argv[2]), json.loads(sys.argv[3])
+cfg = load_params(root / "params.yaml").score_data
+split = cfg.split.model_copy(update={"heldout_collections": [], "val": 0.3, "test": 0.0})
+cfg = cfg.model_copy(update={
+    "sources": [ScoreSource(name="mine", folder=tmp / "mine")], "split": split, "workers": 2,
+    "limits": cfg.limits.model_copy(update=limits), "max_skip_fraction": 0.5,
+    "pages": cfg.pages.model_copy(update={"fraction": 0.0}),
+})
+run(cfg, tracks.face("score", "data"), tmp / "cache", tmp / "out", tmp / "stats.json")
+"""
+
+
+class TreeMemory:
+    """The peak proportional memory (PSS: a page shared by n processes counts 1/n in each) of a
+    process and its descendants, sampled every 0.1 s; past `ceiling` the tree is killed."""
+
+    def __init__(self, pid: int, ceiling: int) -> None:
+        self.root, self.ceiling = psutil.Process(pid), ceiling
+        self.peak, self.killed = 0, False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.1):
+            try:
+                tree = [self.root, *self.root.children(recursive=True)]
+            except psutil.Error:
+                return
+            total = 0
+            for proc in tree:
+                with contextlib.suppress(psutil.Error):
+                    total += proc.memory_full_info().pss
+            self.peak = max(self.peak, total)
+            if total > self.ceiling:
+                self.killed = True
+                for proc in reversed(tree):
+                    with contextlib.suppress(psutil.Error):
+                        proc.kill()
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [{}, {"max_kern_mb": 20.0, "parse_memory_mb": 300.0}],
+    ids=["default caps", "size cap raised, memory limit"],
+)
+def test_the_data_stage_ends_on_a_huge_kern_file_in_bounded_memory(tmp_path, limits):
+    """Issue 35: a 19.9 MB kern file of plain measures (under the old 20 MB cap) took music21
+    to 7.6 GB in 94 s, one such parse per core. With the default caps it is skipped unread;
+    with its size cap raised, the memory limit stops its parse. Either way the stage ends,
+    the file counted too_large, the whole stage (every worker) under 3 GB."""
+    (tmp_path / "mine").mkdir()
+    plain_measures(tmp_path / "mine" / "big.krn", 19.9)
+    for path in chorales(2):
+        shutil.copy(path, tmp_path / "mine" / path.name)
+    script = tmp_path / "stage.py"
+    script.write_text(textwrap.dedent(STAGE_ON_HUGE_KERN))
+    log = tmp_path / "stage.log"
+    with log.open("wb") as err:  # a file, not a pipe: a full pipe would block the stage
+        stage = subprocess.Popen(
+            [sys.executable, str(script), str(ROOT), str(tmp_path), json.dumps(limits)],
+            cwd=tmp_path,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+    memory = TreeMemory(stage.pid, ceiling=3 << 30)
+    try:
+        code = stage.wait(900)
+    finally:
+        memory.stop()
+        if stage.poll() is None:
+            stage.kill()
+    said = log.read_text(errors="replace")
+    assert not memory.killed, f"the stage passed 3 GB:\n{said[-3000:]}"
+    assert code == 0, said[-3000:]
+    stats = json.loads((tmp_path / "stats.json").read_text())
+    assert stats["skipped_pieces"] == {"too_large": 1}
+    assert stats["systems"]["train"] and stats["systems"]["val"]
+    assert "skipped mine/big.krn: too_large" in said
+    if limits:
+        assert "(score_data.limits.parse_memory_mb: raise it in params.yaml" in said
+    assert memory.peak < 3 << 30
 
 
 def _stall_or_die(path: Path, **kwargs):

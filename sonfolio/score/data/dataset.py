@@ -10,9 +10,10 @@ A source file that cannot be parsed is skipped and counted by reason; past
 `score_data.max_skip_fraction` of all pieces the build fails and lists them. A system whose
 render disagrees with its text (a failed bar check) is dropped and counted. A piece still
 parsing after `score_data.limits.parse_timeout_s` has its worker killed and is skipped
-("timeout"), as is one whose worker died ("worker_died", e.g. killed for memory); a file over
-`score_data.limits.max_file_mb` is skipped unread ("too_large"). A split the settings ask for
-that comes out empty fails the build, saying what to change, instead of failing training later.
+("timeout"), as is one that needs more than `parse_memory_mb` ("too_large") or whose worker
+died ("worker_died"); a file over its format's size cap (`max_file_mb`, `max_kern_mb`,
+`max_abc_mb`) is skipped unread ("too_large"). A split the settings ask for that comes out
+empty fails the build, saying what to change, instead of failing training later.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sonfolio.parallel import pool_map, worker_count
+from sonfolio.parallel import OUT_OF_MEMORY, pool_map, worker_count
 from sonfolio.score.common.canonical import System
 from sonfolio.score.common.lexicon import symbols
 from sonfolio.score.common.lilypond import Setting, find_lilypond
@@ -117,7 +118,8 @@ def parse_unit(
 
 
 def lost_unit(unit: Unit, reason: str, limits: ScoreLimits) -> Parsed:
-    """What a unit gives when its worker was killed for time or died: skipped, counted."""
+    """What a unit gives when its worker was killed for time, ran out of its memory or died:
+    skipped, counted ("timeout", "too_large", "worker_died")."""
     if reason == "timeout":
         log.warning(
             "skipping %s: still parsing after %g s (score_data.limits.parse_timeout_s: raise it "
@@ -125,14 +127,28 @@ def lost_unit(unit: Unit, reason: str, limits: ScoreLimits) -> Parsed:
             unit.piece,
             limits.parse_timeout_s,
         )
+    elif reason == OUT_OF_MEMORY:
+        log.warning(
+            "skipping %s (too_large): parsing it needed more than %g MB "
+            "(score_data.limits.parse_memory_mb: raise it in params.yaml, with memory for "
+            "one such parse per worker)",
+            unit.piece,
+            limits.parse_memory_mb,
+        )
+        reason = "too_large"
     else:
-        log.warning("skipping %s: its worker died while parsing it (out of memory?)", unit.piece)
+        log.warning(
+            "skipping %s: its worker died while parsing it (a crash, or killed by the system "
+            "for memory)",
+            unit.piece,
+        )
     return Parsed(unit, skip_reason=reason)
 
 
 def parse_units(units: Sequence[Unit], cfg: ScoreData) -> list[Parsed]:
-    """Parse every unit in a pool, each within score_data.limits.parse_timeout_s; a unit whose
-    worker was killed (or died) comes back skipped with the reason."""
+    """Parse every unit in a pool, each within score_data.limits.parse_timeout_s and
+    parse_memory_mb; a unit whose worker was killed, ran out of that memory or died comes back
+    skipped with the reason."""
     parse = partial(
         parse_unit,
         bars_per_system=cfg.bars_per_system,
@@ -142,8 +158,11 @@ def parse_units(units: Sequence[Unit], cfg: ScoreData) -> list[Parsed]:
     )
     lost = partial(lost_unit, limits=cfg.limits)
     workers = worker_count(cfg.workers)
-    limit = cfg.limits.parse_timeout_s
-    return list(pool_map(parse, units, workers, "parsing pieces", time_limit_s=limit, lost=lost))
+    results = pool_map(
+        parse, units, workers, "parsing pieces", time_limit_s=cfg.limits.parse_timeout_s,
+        memory_limit_mb=cfg.limits.parse_memory_mb, lost=lost,
+    )  # fmt: skip
+    return list(results)
 
 
 def split_of(piece: str, collection: str, cfg: ScoreSplit) -> str:

@@ -4,10 +4,12 @@ ABC decorations music21 does not read are kept through the parse: `H` (a fermata
 drops the note it marks) and `T` (a trill: dropped) become Fermata and Trill expressions.
 
 A file (or tune) that yields no music raises SourceError with a short reason. With
-score_data.limits given, a file bigger than `max_file_mb` is refused before it is read
-("too_large": music21 takes ~60x a file's size in memory), and an .mxl's zip is checked
-(members, unpacked size, ratio) before music21 unpacks it (a 300 KB .mxl once ran for 10
-minutes past 8 GB).
+score_data.limits given, a file bigger than its format's cap is refused before it is read
+("too_large"; `max_file_mb` for MusicXML, `max_kern_mb`, `max_abc_mb`: music21 takes 1-2 KB of
+memory per byte of kern and ~2.6 KB per byte of an ABC tune, so those caps are lower), and an
+.mxl's zip is checked (members, unpacked size, ratio) before music21 unpacks it (a 300 KB .mxl
+once ran for 10 minutes past 8 GB). What one parse may take past the caps is bounded by its
+worker (sonfolio.score.data.dataset.parse_units: `parse_timeout_s`, `parse_memory_mb`).
 """
 
 from __future__ import annotations
@@ -73,15 +75,18 @@ def abc_tunes(text: str) -> list[tuple[str, str]]:
     return tunes
 
 
+# The size cap of each format (a ScoreLimits field): kern and ABC cost far more per byte.
+SIZE_CAPS = {"musicxml": "max_file_mb", "humdrum": "max_kern_mb", "abc": "max_abc_mb"}
+
+
 def too_large(path: Path, limits: ScoreLimits) -> str | None:
-    """Why `path` is too big to parse (naming the param to raise), or None."""
+    """Why `path` is too big to parse (naming its format's cap to raise), or None."""
+    key = SIZE_CAPS[SUFFIXES.get(path.suffix.lower(), "musicxml")]
+    cap = getattr(limits, key)
     size = path.stat().st_size
-    if size <= limits.max_file_mb * MB:
+    if size <= cap * MB:
         return None
-    return (
-        f"{size / MB:,.1f} MB; score_data.limits.max_file_mb is {limits.max_file_mb:g}: "
-        "raise it in params.yaml"
-    )
+    return f"{size / MB:,.1f} MB; score_data.limits.{key} is {cap:g}: raise it in params.yaml"
 
 
 def pieces_from_file(
@@ -224,6 +229,8 @@ def _without_beaming() -> Iterator[None]:
 def _parse(where: Path | str, parse: Callable[[], stream.Stream]) -> stream.Stream:
     try:
         return parse()
+    except MemoryError:  # past parse_memory_mb: its worker reports it (too_large), not here
+        raise
     except Exception as exc:  # music21 raises many unrelated types on bad input
         raise SourceError(where, "unparsable", f"{type(exc).__name__}: {exc}") from exc
 
