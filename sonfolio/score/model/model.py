@@ -137,6 +137,14 @@ def _encoder_config(cfg: ScoreModel, s: Size, width: int, dropout: float) -> Any
     )
 
 
+def encoder_positions(config: Any) -> int:
+    """The encoder's output positions per image: ViT's patches, or the conv encoder's frames."""
+    if isinstance(config, ScoreConvConfig):
+        return config.frames
+    (height, width), (ph, pw) = config.image_size, config.patch_size
+    return (height // ph) * (width // pw)
+
+
 def unshifted_loss(model: VisionEncoderDecoderModel) -> VisionEncoderDecoderModel:
     """Work around transformers 4.57: VisionEncoderDecoderModel's loss falls back to
     ForCausalLMLoss, which shifts the labels a second time (the decoder inputs are already the

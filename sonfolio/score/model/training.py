@@ -16,7 +16,7 @@ from transformers import AutoTokenizer, VisionEncoderDecoderModel
 
 from sonfolio.evaluation import examples, most_common, token_error_rate
 from sonfolio.score.model.batches import ScoreSystems, collate, image_processor
-from sonfolio.score.model.model import attention_kernels, build, check_size
+from sonfolio.score.model.model import attention_kernels, build, check_size, encoder_positions
 from sonfolio.train import ctc
 from sonfolio.train.device import Backend
 from sonfolio.train.setup import Reading, Setup, Training, read_splits
@@ -65,13 +65,13 @@ class ScoreTraining(Training):
         shape = tuple(model.config.encoder.image_size)
         max_tokens = getattr(model.config.decoder, "n_positions", None) or 10**9
         start = model.config.decoder_start_token_id
-        (height, width), (ph, pw) = shape, model.config.encoder.patch_size
+        height, width = shape
         images = image_processor(height, width)
         reading = Reading(
             lambda rows: ScoreSystems(rows, data, tok, start, shape, max_tokens),
             collate,
             model.encoder,
-            (height // ph) * (width // pw),  # patches: the encoder's positions
+            encoder_positions(model.config.encoder),
             f"{height}x{width}",
             [tok, images],
         )
