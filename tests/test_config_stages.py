@@ -104,10 +104,14 @@ CODE_EDITS = {
     # the score data's converter: the score chain, no speech stage
     "sonfolio/score/data/convert.py": ({"data@score"}, SCORE_CHAIN - {"data@score"} | {"report"}),
     # the speech model: speech's stages that list its model folder (bench reads the base
-    # models with speech/model/bases.py), no score stage
+    # models with speech/model/bases.py; export lists it because score's export registers
+    # score's conv encoder from its own), no score stage
     "sonfolio/speech/model/model.py": (
-        {f"{s}@speech" for s in ("tokenizer", "train", "qat", "estimate", "bench", "eval")},
-        {"export@speech", "report"},
+        {
+            f"{s}@speech"
+            for s in ("tokenizer", "train", "qat", "estimate", "bench", "eval", "export")
+        },
+        {"report"},
     ),
 }
 
