@@ -7,7 +7,7 @@ from collections import Counter
 from fractions import Fraction
 
 import pytest
-from music21 import articulations, converter, dynamics, expressions, spanner
+from music21 import converter, dynamics, expressions, spanner
 from score.test_canonical import GOOD, MARKED  # tests/ is on sys.path
 
 from sonfolio.score.common import lexicon as lx
@@ -98,8 +98,3 @@ def test_a_system_left_out_is_marked_where_it_stood(where, tmp_path):
     words = [e.content for e in score.recurse() if hasattr(e, "content")]
     assert words == ["[page.png system 2: not read]"]
     assert read_back_notes(score) == canonical_notes([t for t, _ in systems if t])
-
-
-def test_an_articulation_class_is_exact():
-    # music21's Staccatissimo is a Staccato: the writer must make the plain one
-    assert articulations.Staccatissimo.__mro__[1] is articulations.Staccato

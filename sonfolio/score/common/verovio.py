@@ -19,6 +19,7 @@ from __future__ import annotations
 import io
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from PIL import Image
@@ -54,25 +55,15 @@ def engrave_pages(musicxml: str, font: str, width_px: int = 2100) -> list[Engrav
         ValueError: `font` is not one of FONTS, or Verovio cannot read the MusicXML.
     """
     import resvg_py
-    import verovio
 
-    if font not in FONTS:
-        raise ValueError(f"unknown Verovio font {font!r}; choose one of {', '.join(FONTS)}")
-    tk = verovio.toolkit()
-    tk.setOptions(
-        {
-            "font": font,
-            "pageWidth": PAGE_UNITS[0] // 10,
-            "pageHeight": PAGE_UNITS[1] // 10,
-            "scale": 100,
-            "header": "none",  # no title block, no page numbers: what is engraved is music
-            "footer": "none",
-            "breaks": "auto",
-            "mmOutput": False,
-        }
+    tk = _toolkit(
+        musicxml,
+        font,
+        pageWidth=PAGE_UNITS[0] // 10,
+        pageHeight=PAGE_UNITS[1] // 10,
+        breaks="auto",
+        mmOutput=False,
     )
-    if not tk.loadData(musicxml):
-        raise ValueError("Verovio could not read the MusicXML")
     pages = []
     for number in range(1, tk.getPageCount() + 1):
         svg = tk.renderToSVG(number)
@@ -121,27 +112,31 @@ def engrave_system(
         ValueError: `font` is not one of FONTS, or Verovio cannot read the MusicXML.
     """
     import resvg_py
-    import verovio
 
     from sonfolio.score.common.musicxml import musicxml_bytes, score_of
 
-    if font not in FONTS:
-        raise ValueError(f"unknown Verovio font {font!r}; choose one of {', '.join(FONTS)}")
     xml = musicxml_bytes(score_of([(text, None)], time=time, first_bar=first_bar))
-    tk = verovio.toolkit()
-    tk.setOptions(
-        {
-            "font": font,
-            "breaks": "none",  # one line, however long
-            "adjustPageWidth": True,  # the page as large as the music
-            "adjustPageHeight": True,
-            "scale": 100,
-            "header": "none",
-            "footer": "none",
-        }
-    )
-    if not tk.loadData(xml.decode("utf-8")):
-        raise ValueError("Verovio could not read the MusicXML")
+    # one line however long, the page as large as the music
+    tk = _toolkit(xml.decode("utf-8"), font, breaks="none", adjustPageWidth=True,
+                  adjustPageHeight=True)  # fmt: skip
     png = resvg_py.svg_to_bytes(svg_string=tk.renderToSVG(1), background="white")
     with Image.open(io.BytesIO(bytes(png))) as img:
         return np.asarray(img.convert("L"))
+
+
+def _toolkit(musicxml: str, font: str, **options: object) -> Any:
+    """A Verovio toolkit holding `musicxml`, engraving in `font` at scale 100 with no header
+    or footer (what is engraved is music), and `options`.
+
+    Raises:
+        ValueError: `font` is not one of FONTS, or Verovio cannot read the MusicXML.
+    """
+    import verovio
+
+    if font not in FONTS:
+        raise ValueError(f"unknown Verovio font {font!r}; choose one of {', '.join(FONTS)}")
+    tk = verovio.toolkit()
+    tk.setOptions({"font": font, "scale": 100, "header": "none", "footer": "none", **options})
+    if not tk.loadData(musicxml):
+        raise ValueError("Verovio could not read the MusicXML")
+    return tk
