@@ -188,14 +188,14 @@ def test_a_training_stage_checks_its_preset():
     ("model", "data", "says"),
     [
         (  # issue 35: passed the check, failed when training built the model
-            {"patch": [97, 8]},
+            {"encoder": "vit", "patch": [97, 8]},
             {},
             "score_train.model.patch = [97, 8]: its height 97 does not divide "
             "score_train.model.image_height = 96 (the ViT cuts the image into whole patches): "
             "set the patch's height to one of [96, 48, 32, 24]",
         ),
         (
-            {"patch": [96, 7]},
+            {"encoder": "vit", "patch": [96, 7]},
             {},
             "its width 7 does not divide score_data.image_long_side = 640",
         ),

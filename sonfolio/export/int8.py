@@ -57,9 +57,10 @@ def quantize_int8(src: Path, dst: Path, cfg: Export) -> None:
 
 # ---------------------------------------------------------------------------- int8 compaction
 
-# Float initializers at least this large (elements) that no quantizer touched (Conv weights,
-# position tables added to the input) are stored as int8 + DequantizeLinear; below it the
-# saving is a few KB and biases keep full precision.
+# Float initializers that no quantizer touched are stored as int8 + DequantizeLinear: every
+# Conv weight (the conv score encoder's are mostly small: a depthwise 3x3 is 9 values a
+# channel), and position tables added to the input when at least this large (elements): below
+# it the saving is a few KB. Biases (1-D) keep full precision.
 _MIN_STORED_INT8 = 4096
 
 
@@ -110,7 +111,7 @@ def compact_int8(model: onnx.ModelProto, tied: dict[str, str]) -> None:
     - A tied embedding table (`tied`: table -> MatMul weight) is dropped: its Gathers read
       rows of the MatMul's int8 weight (per output channel = per vocabulary row) and scale
       them, so the table is stored once, in int8.
-    - Large float initializers left (Conv weights, position tables) become int8 with one
+    - Conv weights and large float position tables left become int8 with one
       symmetric scale per row and a DequantizeLinear; ORT does not fold DequantizeLinear, so
       it runs each call (microseconds for these sizes) and the op itself stays FP32.
     - value_info (shapes the quantizer inferred; ORT infers them again), doc strings and node
@@ -134,9 +135,9 @@ def compact_int8(model: onnx.ModelProto, tied: dict[str, str]) -> None:
         if (
             init.data_type == onnx.TensorProto.FLOAT
             and len(init.dims) >= 2
-            and int(np.prod(init.dims)) >= _MIN_STORED_INT8
             and ops
             and ops <= {"Conv", "Add"}
+            and (ops == {"Conv"} or int(np.prod(init.dims)) >= _MIN_STORED_INT8)
         ):
             _store_int8(top, init)
     for graph in graphs(top):

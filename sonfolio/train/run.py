@@ -212,12 +212,17 @@ class Run:
         self._iter: Iterator[dict[str, Any]] | None = None
 
     def _probe(self, model: torch.nn.Module) -> None:
-        """One forward/backward on a probe batch (torch.compile's check), RNG untouched."""
+        """One forward/backward on a probe batch (torch.compile's check), RNG and buffers
+        untouched (a batch norm's running statistics would count the probe as a step)."""
         batch = model_inputs(self.track.probe_batch(self.micro))
         batch = {k: v.to(self.acc.device) for k, v in batch.items()}
+        buffers = {name: b.clone() for name, b in model.named_buffers()}
         with torch.random.fork_rng(devices=[]), self.acc.autocast():
             self.loss(model, batch).backward()
         model.zero_grad(set_to_none=True)
+        with torch.no_grad():
+            for name, b in model.named_buffers():
+                b.copy_(buffers[name])
 
     # --- data -------------------------------------------------------------------------
     def _next_batch(self) -> tuple[dict[str, Any], int]:

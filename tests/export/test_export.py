@@ -153,6 +153,25 @@ def test_no_fp32_matmul_weight_left_in_int8_subgraphs_included(exported):
     assert metrics["int8_qat"]["status"].startswith("not built")
 
 
+def _fp32_tables_and_conv_weights(model: onnx.ModelProto) -> list[str]:
+    from onnx import TensorProto
+
+    from sonfolio.onnx_graphs import graphs
+
+    floats = {  # tables and weights; 1-D float scales are expected
+        i.name
+        for i in model.graph.initializer
+        if i.data_type == TensorProto.FLOAT and len(i.dims) >= 2
+    }
+    return [
+        f"{node.op_type} {node.input[i]}"
+        for graph in graphs(model.graph)
+        for node in graph.node
+        for i in ({"Gather": [0], "Conv": [1]}.get(node.op_type, []))
+        if node.input[i] in floats
+    ]
+
+
 def test_int8_stores_tables_and_conv_weights_in_int8_and_the_tied_embedding_once(exported):
     from onnx import TensorProto
 
@@ -163,21 +182,38 @@ def test_int8_stores_tables_and_conv_weights_in_int8_and_the_tied_embedding_once
     vocab, width = next(tuple(i.dims) for i in fp32.graph.initializer if "wte.weight" in i.name)
     for name in (ENCODER, DECODER):
         model = onnx.load(str(out / "int8_ptq" / name))
-        floats = {  # tables and weights; 1-D float scales are expected
-            i.name
-            for i in model.graph.initializer
-            if i.data_type == TensorProto.FLOAT and len(i.dims) >= 2
-        }
-        for graph in graphs(model.graph):
-            for node in graph.node:
-                if node.op_type == "Gather":
-                    assert node.input[0] not in floats, f"{name}: FP32 table {node.input[0]}"
-                if node.op_type == "Conv":
-                    assert node.input[1] not in floats, f"{name}: FP32 Conv weight"
+        assert not _fp32_tables_and_conv_weights(model), name
         tables = [i for i in model.graph.initializer if sorted(i.dims) == sorted([vocab, width])]
         if name == DECODER:  # GPT-2's wte and its transpose, the lm_head: one int8 copy
             assert [i.data_type for i in tables] == [TensorProto.INT8]
         assert not any(g.value_info for g in graphs(model.graph))
+
+
+def test_int8_conv_encoder_stores_every_conv_weight_in_int8_and_reads_as_torch(
+    tiny_conv_model, tmp_path
+):
+    """The default conv encoder's int8 file: each Conv weight (most are under 4,096 values: a
+    depthwise 3x3 is 9 a channel) stored int8, and its frames what torch computes, to int8
+    rounding (a weight quantized along the wrong axis or a lost scale is far off)."""
+    import onnxruntime as ort
+    from transformers import VisionEncoderDecoderModel
+
+    model_dir, data = tiny_conv_model
+    params = load_params(ROOT / "params.yaml")
+    out = tmp_path / "score_onnx"
+    run(face("score", "export"), params.export, params.score_export, model_dir, None, out,
+        tmp_path / "m.json")  # fmt: skip
+    encoder = onnx.load(str(out / "int8_ptq" / ENCODER))
+    assert any(n.op_type == "Conv" for n in encoder.graph.node)
+    assert not _fp32_tables_and_conv_weights(encoder)
+    pixels = _images(data, model_dir)
+    with torch.inference_mode():
+        model = VisionEncoderDecoderModel.from_pretrained(str(model_dir)).eval()
+        want = model.encoder(pixel_values=pixels).last_hidden_state.numpy()
+    session = ort.InferenceSession(str(out / "int8_ptq" / ENCODER))
+    got = session.run(None, {"pixel_values": pixels.numpy()})[0]
+    cosine = (want * got).sum(-1) / np.linalg.norm(want, axis=-1) / np.linalg.norm(got, axis=-1)
+    assert cosine.mean() >= 0.99 and cosine.min() >= 0.9, (cosine.mean(), cosine.min())
 
 
 def test_with_past_decoder_refuses_a_model_that_is_not_a_merged_decoder(exported):

@@ -20,7 +20,8 @@ from transformers import (
 from sonfolio.train.run import TooManyBadSamples
 from sonfolio.train.stability import TrainingDiverged
 
-SCORE_LOSSES = [23.2816, 13.829]  # pinned: a change here is a change in what training computes
+SCORE_LOSSES = [42.2003, 17.1282]  # pinned (the conv encoder): a change here is a change in what
+# training computes
 SPEECH_LOSSES = [10.4896, 9.6347]  # with speech_train.ctc_pool: 2
 BASE_LOSSES = [3.6417, 2.5926]  # whisper-base, 4 of 6 encoder blocks frozen, lr 1e-4
 
@@ -197,10 +198,12 @@ def test_compiled_run_saves_the_plain_model(score_data, tmp_path):
 
     from sonfolio.train import ctc
 
-    eager = run_tiny(score_data, tmp_path / "eager", model={"dropout": 0.0})
-    compiled = run_tiny(
-        score_data, tmp_path / "compiled", engine={"compile": True}, model={"dropout": 0.0}
-    )
+    # the ViT encoder: with the conv encoder's batch norms, inductor's float differences
+    # reach gradients that are noise, and AdamW steps those weights apart by up to 2 x lr
+    # (measured: up to 0.4 % of a cross-attention weight's values) whatever the saving does
+    model = {"dropout": 0.0, "encoder": "vit"}
+    eager = run_tiny(score_data, tmp_path / "eager", model=model)
+    compiled = run_tiny(score_data, tmp_path / "compiled", engine={"compile": True}, model=model)
     assert compiled["choices"]["compile"].startswith("on"), compiled["choices"]["compile"]
     saved = {}
     for run in ("eager", "compiled"):
