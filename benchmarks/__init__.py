@@ -34,3 +34,12 @@ def timed_data_run(cfg: Any, track: str, cache: Path | None = None) -> tuple[dic
             scratch / "stats.json",
         )
         return stats, time.perf_counter() - start
+
+
+def publish(out: Path, result: dict[str, Any], table: Any) -> None:
+    """Write a benchmark's JSON to `out`, print its table (`table(result)`) and where it went."""
+    from sonfolio.io import write_json
+
+    write_json(out, result)
+    table(result)
+    print(f"wrote {out}")

@@ -27,11 +27,11 @@ from typing import Any
 
 from rich.table import Table
 
-from benchmarks import console
+from benchmarks import console, publish
 from sonfolio import cpu
 from sonfolio.config.sections import Sections, parse_sections, read_yaml
 from sonfolio.evaluation import token_error_rate
-from sonfolio.io import read_jsonl, write_json
+from sonfolio.io import read_jsonl
 from sonfolio.score.common import canonical, lexicon
 from sonfolio.score.eval import metrics
 from sonfolio.score.eval.evaluate import inputs
@@ -123,9 +123,7 @@ def main() -> None:
         **cpu.run_conditions(load_before),
         "format_version": lexicon.FORMAT_VERSION,
     }
-    write_json(args.out, result)
-    print_table(result)
-    print(f"wrote {args.out}")
+    publish(args.out, result, print_table)
 
 
 def print_table(result: dict[str, Any]) -> None:

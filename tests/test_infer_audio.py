@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from sonfolio.config.infer import AudioChunks
-from sonfolio.speech.decode.chunks import join_texts, plan_chunks
+from sonfolio.speech.decode.chunks import join_texts, plan_chunks, trim_repeats
 
 SR = 16_000
-CFG = AudioChunks(search_s=0.6, silence_db=-35.0, overlap_s=0.25)
+CFG = AudioChunks(search_s=0.6, silence_db=-35.0, overlap_s=0.25, max_repeats=3)
 
 
 def voice(seconds: float, seed: int = 0) -> np.ndarray:
@@ -55,7 +55,7 @@ def test_without_a_pause_chunks_overlap_and_still_fit_the_window():
 
 
 def test_settings_that_cannot_progress_are_refused_by_name():
-    cfg = AudioChunks(search_s=1.5, silence_db=-35.0, overlap_s=0.6)
+    cfg = AudioChunks(search_s=1.5, silence_db=-35.0, overlap_s=0.6, max_repeats=3)
     with pytest.raises(ValueError, match=r"infer\.audio\.search_s \+ overlap_s"):
         plan_chunks(voice(5.0), SR, 2.0, cfg)
 
@@ -65,3 +65,36 @@ def test_words_heard_twice_in_an_overlap_are_kept_once():
     assert join_texts(texts, [False, True, False]) == "Il fait beau à Paris, ce matin Ce matin."
     assert join_texts(["le chat dort", "Dort bien."], [False, True]) == "le chat dort bien."
     assert join_texts(["un", "deux"], [False, True]) == "un deux"
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [  # a loop on the word a cut left unfinished, kept once
+        ("le huit septembre mille neuf cent cent cent cent cent cent cent. Le neuf",
+         "le huit septembre mille neuf cent Le neuf"),
+        ("a b a b a b a b a b c", "a b c"),  # a group of two words
+        ("Oui, oui, oui, oui. Non", "Oui, Non"),  # case and punctuation ignored
+        ("cent cent cent", "cent cent cent"),  # max_repeats times: said, not a loop
+        ("il a dit non non non, puis il est parti", "il a dit non non non, puis il est parti"),
+        ("Il pleut.Elle part à Lyon.", "Il pleut. Elle part à Lyon."),  # glued: parted
+        ("Une maison pour Paul et Anne." * 3 + " Fin", "Une maison pour Paul et Anne. Fin"),
+        ("il dit: trop, trop, trop, trop", "il dit: trop,"),
+    ],
+)  # fmt: skip
+def test_a_decoding_loop_is_kept_once_and_a_short_repeat_stays(text, want):
+    assert trim_repeats(text, 3) == want
+    assert trim_repeats(text, 0) == text  # off
+
+
+def test_a_pause_anywhere_in_the_last_half_of_the_window_is_where_the_chunk_ends(params):
+    """The default search span (infer.audio.search_s, half the 8-s window) finds the pause
+    after a sentence of 4.5 s: the chunk ends there, not in the next sentence's words (a span
+    of 2 s, the old default, cut the next sentence)."""
+    sentence = np.sin(np.arange(int(4.5 * SR)) * 0.05).astype(np.float32) * 0.5
+    pause = np.zeros(int(0.7 * SR), np.float32)
+    audio = np.concatenate([sentence, pause, sentence, pause, sentence])
+    chunks = plan_chunks(audio, SR, 8.0, params.infer.audio)
+    first = chunks[0]
+    assert 4.5 * SR <= first.end <= 5.2 * SR and not chunks[1].overlaps, chunks
+    old = params.infer.audio.model_copy(update={"search_s": 2.0})
+    assert plan_chunks(audio, SR, 8.0, old)[1].overlaps  # cut inside a sentence

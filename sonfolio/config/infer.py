@@ -40,6 +40,7 @@ class AudioChunks(Strict):
     search_s: Annotated[float, Field(gt=0.0)]  # the quietest point this close to the limit
     silence_db: Annotated[float, Field(lt=0.0)]  # dB below the clip's loudest frame
     overlap_s: Annotated[float, Field(ge=0.0)]  # chunks cut outside a silence overlap this much
+    max_repeats: Annotated[int, Field(ge=0)]  # a word group repeated more: a loop, kept once
 
 
 class AudioLimits(Strict):

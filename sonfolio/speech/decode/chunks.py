@@ -23,6 +23,10 @@ if TYPE_CHECKING:
 FRAME_S = 0.025  # loudness frames: 25 ms, every 10 ms (the usual speech analysis frame)
 HOP_S = 0.010
 MAX_REPEAT_WORDS = 12  # the longest repeat looked for where two overlapping texts meet
+MAX_LOOP_WORDS = 12  # the longest word group whose run `trim_repeats` takes for a loop
+# a sentence's end glued to the next one's first word ("Xavier.Aujourd'hui"): Whisper's
+# tokens after a full stop may lack the space
+GLUED_SENTENCES = re.compile(r"([.!?])(?=[A-ZÀ-ÖØ-Ý][a-zà-öø-ÿ])")
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,36 @@ def plan_chunks(
 
 def _word_key(word: str) -> str:
     return re.sub(r"[^\w]", "", word.casefold())
+
+
+def trim_repeats(text: str, max_repeats: int) -> str:
+    """`text` with its decoding loops kept once: a run of one group of 1-4 words said more than
+    `max_repeats` times in a row, or of a longer group (a clause, up to MAX_LOOP_WORDS words)
+    said more than once (case and punctuation ignored). A greedy decoder that loses its place
+    loops on a group until the token limit ("mille neuf cent cent cent ...", or a whole
+    sentence again and again), which no speaker says. Sentences the decoder glued together
+    ("Xavier.Aujourd'hui") are parted first. 0 keeps the text as it is. Written here because
+    neither transformers nor ORT trim a loop from a text (no_repeat_ngram_size forbids every
+    repeat while decoding, also the rightful ones)."""
+    if not max_repeats:
+        return text
+    words = GLUED_SENTENCES.sub(r"\1 ", text).split()
+    keys = [_word_key(w) for w in words]
+    out: list[str] = []
+    i = 0
+    while i < len(words):
+        for size in range(1, MAX_LOOP_WORDS + 1):
+            group, times = keys[i : i + size], 1
+            while keys[i + times * size : i + (times + 1) * size] == group:
+                times += 1
+            if len(group) == size and times > (max_repeats if size <= 4 else 1):
+                out += words[i : i + size]
+                i += times * size
+                break
+        else:
+            out.append(words[i])
+            i += 1
+    return " ".join(out)
 
 
 def join_texts(texts: list[str], overlaps: list[bool]) -> str:

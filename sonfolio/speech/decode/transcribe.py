@@ -13,7 +13,12 @@ import numpy as np
 
 from sonfolio.parallel import slices
 from sonfolio.speech.common.audio import SAMPLE_RATE
-from sonfolio.speech.decode.chunks import join_texts, plan_chunks, processor_window_s
+from sonfolio.speech.decode.chunks import (
+    join_texts,
+    plan_chunks,
+    processor_window_s,
+    trim_repeats,
+)
 from sonfolio.speech.decode.voice import has_speech
 
 if TYPE_CHECKING:
@@ -59,7 +64,8 @@ def transcribe(variant: Variant, audio: np.ndarray, cfg: Infer) -> tuple[list[Ch
     for part in slices(len(spoken), cfg.batch_size):
         clips = [audio[c.start : c.end] for c in spoken[part]]
         feats = fe(clips, sampling_rate=SAMPLE_RATE, return_tensors="pt")["input_features"]
-        decoded += [t.strip() for t in variant.generate(feats, cfg.speech_max_tokens)]
+        texts = variant.generate(feats, cfg.speech_max_tokens)
+        decoded += [trim_repeats(t.strip(), cfg.audio.max_repeats) for t in texts]
     found = iter(decoded)
     texts = [next(found) if h else "" for h in heard]
     out = [
