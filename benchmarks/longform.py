@@ -2,6 +2,7 @@
 start-up of a cold `sonfolio transcribe` on a 5-second clip.
 
 Run:    python -m benchmarks.longform [--root RUN] [--minutes 10] [--threads 2] [--batch-size 8]
+        [--max-tokens N]
 Reads:  RUN/params.yaml (paths, infer), the speech data stage's test split and real voice
         (<data>/real/, when the data stage built it), the exported `infer.variant` and the FP32
         model (converted to CTranslate2 int8 for faster-whisper: the same weights).
@@ -44,6 +45,7 @@ from sonfolio.config.params import load_params
 from sonfolio.io import read_jsonl
 
 RESULTS = Path("benchmarks/results/longform.json")
+REPO = Path(__file__).resolve().parents[1]  # where `python -m benchmarks.longform` imports
 SAMPLE_RATE = 16_000
 PAUSE_S = 0.7
 ENGINES = ("sonfolio", "faster_whisper", "faster_whisper_batched")
@@ -59,8 +61,9 @@ def _peak_rss_mb() -> float:
 # ------------------------------------------------------------------- the child processes
 
 
-def child(engine: str, audio: Path, model: Path, out: Path, threads: int, batch: int) -> None:
+def child(engine: str, audio: Path, model: Path, out: Path, args: argparse.Namespace) -> None:
     """One engine on one recording, in this (fresh) process; writes its text and peak RSS."""
+    threads = args.threads
     if engine == "sonfolio":
         from sonfolio.cli import main as cli
 
@@ -83,14 +86,16 @@ def child(engine: str, audio: Path, model: Path, out: Path, threads: int, batch:
 
         whisper = WhisperModel(str(model), cpu_threads=threads, **CT2_LOAD)
         _pad_to_window(whisper.feature_extractor.nb_max_frames)  # our model's 8-s window
-        common = {"language": "fr", "task": "transcribe", "beam_size": 1}
+        # the token limit a window that sonfolio transcribe has (infer.speech_max_tokens)
+        common = {"language": "fr", "task": "transcribe", "beam_size": 1,
+                  "max_new_tokens": args.max_tokens}  # fmt: skip
         if engine == "faster_whisper":
             segments, _ = whisper.transcribe(
                 str(audio), **common, without_timestamps=True, condition_on_previous_text=False
             )
         else:
             pipeline = BatchedInferencePipeline(model=whisper)
-            segments, _ = pipeline.transcribe(str(audio), **common, batch_size=batch)
+            segments, _ = pipeline.transcribe(str(audio), **common, batch_size=args.batch_size)
         text = " ".join(s.text.strip() for s in segments)
     out.write_text(json.dumps({"text": text, "peak_rss_mb": _peak_rss_mb()}), encoding="utf-8")
 
@@ -111,10 +116,12 @@ def run_child(engine: str, audio: Path, model: Path, work: Path, args: argparse.
         str(args.threads),
         "--batch-size",
         str(args.batch_size),
+        "--max-tokens",
+        str(args.max_tokens),
     ]
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
     start = time.perf_counter()
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    done = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - start
     if done.returncode:
         raise SystemExit(f"{engine} on {audio.name} failed:\n{done.stderr[-3000:]}")
@@ -179,6 +186,9 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument(
+        "--max-tokens", type=int, help="a window's; default: infer.speech_max_tokens"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument(
         "--child", nargs=4, metavar=("ENGINE", "AUDIO", "MODEL", "OUT"), help=argparse.SUPPRESS
@@ -186,10 +196,11 @@ def main() -> None:
     args = parser.parse_args()
     if args.child:
         engine, audio, model, out = args.child
-        child(engine, Path(audio), Path(model), Path(out), args.threads, args.batch_size)
+        child(engine, Path(audio), Path(model), Path(out), args)
         return
     params = load_params(args.root / "params.yaml")
     paths, variant = params.paths.track("speech"), params.infer.variant
+    args.max_tokens = args.max_tokens or params.infer.speech_max_tokens
     ours, fp32, data = (
         args.root / paths.export / variant,
         args.root / paths.model,
@@ -235,6 +246,7 @@ def main() -> None:
         "same_weights_ct2": str(ct2),
         "threads": args.threads,
         "batched_batch_size": args.batch_size,
+        "max_tokens_a_window": args.max_tokens,
         **cpu.run_conditions(load_before),
     }
     publish(args.out, result, print_table)
