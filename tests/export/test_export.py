@@ -303,3 +303,25 @@ def test_lean_greedy_loop_gives_the_tokens_of_optimum_generate(
     loop.threads, loop.batch_threads = 2, 2
     assert loop._decoder_pair(2)[0] is not loop.first and loop._decoder_pair(1)[0] is loop.first
     assert loop.generate(pixels, 6, True) == one_thread
+
+
+def test_the_bench_worker_opens_a_conv_model_in_a_fresh_process(tiny_conv_model):
+    """The bench measures each variant in its own interpreter, where nothing has registered the
+    conv encoder's model type yet: its torch runtime registers the track's classes itself (a
+    fresh clone's bench@score failed on "sonfolio-conv" before)."""
+    import subprocess
+    import sys
+
+    folder, _ = tiny_conv_model
+    code = (
+        "from sonfolio.bench.case import Case, Spec\n"
+        "from sonfolio.bench.torch_runtime import TorchRuntime\n"
+        f"case = Case('torch_fp32', 'torch', {str(folder)!r})\n"
+        "spec = Spec(case=case, track='score', inputs='', threads=1, decoder_threads=1,\n"
+        "            spin_wait=False, warmup=0, batch_size=1, decode_tokens=4, quality_tokens=4,\n"
+        "            io_binding=False, prompt=[1], eos_id=2, quality=False)\n"
+        "print(type(TorchRuntime(spec).model.encoder).__name__)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "ScoreConvModel"
