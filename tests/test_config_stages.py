@@ -35,6 +35,10 @@ EDITS = {
     "eval": ({f"eval@{t}" for t in BOTH}, {"report"}),
     "estimate": ({f"estimate@{t}" for t in BOTH}, {"report"}),
     "report": ({"report"}, set()),
+    # the inference settings are read by the eval alone (read / transcribe as it runs them);
+    # the page cutter's, which the score data stage uses too, live in config/page.py (an
+    # added audio setting once reran data, training and everything after in a fresh clone)
+    "infer": ({f"eval@{t}" for t in BOTH}, {"report"}),
 }
 
 

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from sonfolio.config.base import Fraction01, Positive, Strict
-from sonfolio.config.infer import PageSplit
+from sonfolio.config.page import PageSplit
 from sonfolio.config.sections import Sections
 from sonfolio.config.tokenizer import SpeechTokenizer
 

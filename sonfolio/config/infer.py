@@ -8,20 +8,7 @@ from typing import Annotated
 from pydantic import Field, model_validator
 
 from sonfolio.config.base import Positive, Strict
-
-
-class PageSplit(Strict):
-    """Cutting a page image into staff systems (sonfolio/score/common/page.py)."""
-
-    staff_line_fraction: Annotated[float, Field(gt=0.0, le=1.0)]  # of the ink's width
-    min_staff_lines: Annotated[int, Field(ge=1, le=16)]  # lines in a group to count as a staff
-    # a staff shorter than the page's long ones (a last system left at its natural width)
-    # counts when its lines are this many staff spaces long
-    short_staff_spaces: Annotated[float, Field(gt=0.0, le=1000.0)]
-    # the page is also searched in this many vertical strips, for staff lines a photo or a
-    # page curl has bent (each strip holds a nearly straight piece); 1: the whole width only
-    strips: Annotated[int, Field(ge=1, le=64)]
-    max_skew_deg: Annotated[float, Field(ge=0.0, le=10.0)]  # tilt straightened before cutting
+from sonfolio.config.page import PageSplit
 
 
 class ImageLimits(Strict):

@@ -10,7 +10,7 @@ from music21 import corpus
 from music21.musicxml.m21ToXml import GeneralObjectExporter
 from PIL import Image
 
-from sonfolio.config.infer import PageSplit
+from sonfolio.config.page import PageSplit
 from sonfolio.score.common.page import deskew, ink_mask, longest_runs, split_page
 from sonfolio.score.common.scan import KINDS, scan_like
 from sonfolio.score.common.verovio import FONTS, engrave_pages

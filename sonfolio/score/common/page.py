@@ -32,7 +32,8 @@ from PIL import Image
 from sonfolio.limits import check_image_size
 
 if TYPE_CHECKING:
-    from sonfolio.config.infer import ImageLimits, PageSplit
+    from sonfolio.config.infer import ImageLimits
+    from sonfolio.config.page import PageSplit
 
 log = logging.getLogger(__name__)
 
