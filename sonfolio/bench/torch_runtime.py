@@ -20,9 +20,7 @@ class TorchRuntime:
         from sonfolio import tracks
 
         torch.set_num_threads(spec.threads)
-        export = tracks.face(spec.track, "export")
-        export.register_classes()  # a track's own classes (score's conv encoder), in this process
-        cls = export.torch_model_class()
+        cls = tracks.face(spec.track, "export").torch_model_class()
         self.dtype = torch.bfloat16 if spec.case.dtype == "bf16" else torch.float32
         model = cls.from_pretrained(spec.case.folder, dtype=self.dtype)
         self.model = ctc.load_head(model, Path(spec.case.folder)).eval()

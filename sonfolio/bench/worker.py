@@ -60,6 +60,16 @@ RUNTIMES = {
 }
 
 
+def open_runtime(spec: Spec) -> Any:
+    """The spec's runtime on its folder, in this (fresh) process: the track's own model classes
+    (score's conv encoder) registered first, as nothing else here has (torch's from_pretrained
+    and optimum's ORT models alike read the model type from config.json)."""
+    from sonfolio import tracks
+
+    tracks.face(spec.track, "export").register_classes()
+    return RUNTIMES[spec.case.runtime](spec)
+
+
 def _ms(fn: Any, *args: Any) -> float:
     start = time.perf_counter()
     fn(*args)
@@ -72,7 +82,7 @@ def measure(spec: Spec) -> dict[str, Any]:
         os.environ[var] = str(spec.threads)
     audio = _audio(spec.audio)
     rss_imports = _rss_mb()
-    runner = RUNTIMES[spec.case.runtime](spec)
+    runner = open_runtime(spec)
     takes_audio = getattr(runner, "takes_audio", False)
     inputs: Any = audio if takes_audio else np.load(spec.inputs)
     n, steps = len(inputs), spec.decode_tokens

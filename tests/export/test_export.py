@@ -189,8 +189,18 @@ def test_int8_stores_tables_and_conv_weights_in_int8_and_the_tied_embedding_once
         assert not any(g.value_info for g in graphs(model.graph))
 
 
+@pytest.fixture(scope="module")
+def conv_exported(tiny_conv_model, tmp_path_factory) -> Path:
+    model_dir, _ = tiny_conv_model
+    params = load_params(ROOT / "params.yaml")
+    out = tmp_path_factory.mktemp("conv_onnx") / "score_onnx"
+    run(face("score", "export"), params.export, params.score_export, model_dir, None, out,
+        out.parent / "m.json")  # fmt: skip
+    return out
+
+
 def test_int8_conv_encoder_stores_every_conv_weight_in_int8_and_reads_as_torch(
-    tiny_conv_model, tmp_path
+    tiny_conv_model, conv_exported
 ):
     """The default conv encoder's int8 file: each Conv weight (most are under 4,096 values: a
     depthwise 3x3 is 9 a channel) stored int8, and its frames what torch computes, to int8
@@ -199,10 +209,7 @@ def test_int8_conv_encoder_stores_every_conv_weight_in_int8_and_reads_as_torch(
     from transformers import VisionEncoderDecoderModel
 
     model_dir, data = tiny_conv_model
-    params = load_params(ROOT / "params.yaml")
-    out = tmp_path / "score_onnx"
-    run(face("score", "export"), params.export, params.score_export, model_dir, None, out,
-        tmp_path / "m.json")  # fmt: skip
+    out = conv_exported
     encoder = onnx.load(str(out / "int8_ptq" / ENCODER))
     assert any(n.op_type == "Conv" for n in encoder.graph.node)
     assert not _fp32_tables_and_conv_weights(encoder)
@@ -305,23 +312,24 @@ def test_lean_greedy_loop_gives_the_tokens_of_optimum_generate(
     assert loop.generate(pixels, 6, True) == one_thread
 
 
-def test_the_bench_worker_opens_a_conv_model_in_a_fresh_process(tiny_conv_model):
+def test_the_bench_worker_opens_a_conv_model_in_a_fresh_process(tiny_conv_model, conv_exported):
     """The bench measures each variant in its own interpreter, where nothing has registered the
-    conv encoder's model type yet: its torch runtime registers the track's classes itself (a
-    fresh clone's bench@score failed on "sonfolio-conv" before)."""
+    conv encoder's model type yet: the worker registers the track's classes before opening any
+    runtime (a fresh clone's bench@score failed on "sonfolio-conv", torch and ORT rows alike)."""
     import subprocess
     import sys
 
     folder, _ = tiny_conv_model
-    code = (
-        "from sonfolio.bench.case import Case, Spec\n"
-        "from sonfolio.bench.torch_runtime import TorchRuntime\n"
-        f"case = Case('torch_fp32', 'torch', {str(folder)!r})\n"
-        "spec = Spec(case=case, track='score', inputs='', threads=1, decoder_threads=1,\n"
-        "            spin_wait=False, warmup=0, batch_size=1, decode_tokens=4, quality_tokens=4,\n"
-        "            io_binding=False, prompt=[1], eos_id=2, quality=False)\n"
-        "print(type(TorchRuntime(spec).model.encoder).__name__)\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == "ScoreConvModel"
+    for runtime, where in (("torch", folder), ("ort", conv_exported / "int8_ptq")):
+        code = (
+            "from sonfolio.bench.case import Case, Spec\n"
+            "from sonfolio.bench.worker import open_runtime\n"
+            f"case = Case('{runtime}_variant', {runtime!r}, {str(where)!r})\n"
+            "spec = Spec(case=case, track='score', inputs='', threads=1, decoder_threads=1,\n"
+            "            spin_wait=False, warmup=0, batch_size=1, decode_tokens=4,\n"
+            "            quality_tokens=4, io_binding=False, prompt=[1], eos_id=2, quality=False)\n"
+            "print(type(open_runtime(spec)).__name__)\n"
+        )
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              cwd=ROOT)  # fmt: skip
+        assert done.returncode == 0, (runtime, done.stderr[-2000:])
