@@ -46,6 +46,17 @@ class ChunkText:
         }
 
 
+def read_pieces(variant: Variant, pieces: list[np.ndarray], cfg: Infer) -> list[str]:
+    """Each piece of audio (no longer than the window) read by `variant`, `cfg.batch_size` a
+    call, its decoding loops kept once (`infer.audio.max_repeats`)."""
+    said: list[str] = []
+    for part in slices(len(pieces), cfg.batch_size):
+        feats = variant.processor(pieces[part], sampling_rate=SAMPLE_RATE, return_tensors="pt")
+        texts = variant.generate(feats["input_features"], cfg.speech_max_tokens)
+        said += [trim_repeats(t.strip(), cfg.audio.max_repeats) for t in texts]
+    return said
+
+
 def transcribe(variant: Variant, audio: np.ndarray, cfg: Infer) -> tuple[list[ChunkText], str]:
     """16 kHz mono float audio -> (each chunk's text, the whole text).
 
@@ -60,13 +71,7 @@ def transcribe(variant: Variant, audio: np.ndarray, cfg: Infer) -> tuple[list[Ch
     if not all(heard):
         log.info("%d of %d chunks hold no speech (infer.no_speech)", heard.count(False), len(heard))
     spoken = [c for c, h in zip(chunks, heard, strict=True) if h]
-    decoded: list[str] = []
-    for part in slices(len(spoken), cfg.batch_size):
-        clips = [audio[c.start : c.end] for c in spoken[part]]
-        feats = fe(clips, sampling_rate=SAMPLE_RATE, return_tensors="pt")["input_features"]
-        texts = variant.generate(feats, cfg.speech_max_tokens)
-        decoded += [trim_repeats(t.strip(), cfg.audio.max_repeats) for t in texts]
-    found = iter(decoded)
+    found = iter(read_pieces(variant, [audio[c.start : c.end] for c in spoken], cfg))
     texts = [next(found) if h else "" for h in heard]
     out = [
         ChunkText(c.start / SAMPLE_RATE, c.end / SAMPLE_RATE, t, not h)

@@ -21,14 +21,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from sonfolio import variant_eval, variants
 from sonfolio.evaluation import Decoded
 from sonfolio.io import read_jsonl
-from sonfolio.parallel import batched, progress, slices
+from sonfolio.parallel import batched, progress
 from sonfolio.speech.common.audio import SAMPLE_RATE, decode
 from sonfolio.speech.decode.chunks import join_texts, plan_chunks, processor_window_s
+from sonfolio.speech.decode.transcribe import read_pieces
 from sonfolio.speech.eval.evaluate import Scorer, zero_shot_base
 
 if TYPE_CHECKING:
@@ -62,15 +61,6 @@ def eval_infer(cfg: SpeechEval, infer: Infer) -> Infer:
     return infer.model_copy(update={**update, "no_speech": quiet})
 
 
-def _decode(v: variants.Variant, pieces: list[np.ndarray], infer: Infer) -> list[str]:
-    """Each piece of audio (no longer than the window) read by `v`, `infer.batch_size` a call."""
-    said: list[str] = []
-    for part in slices(len(pieces), infer.batch_size):
-        feats = v.processor(pieces[part], sampling_rate=SAMPLE_RATE, return_tensors="pt")
-        said += [t.strip() for t in v.generate(feats["input_features"], infer.speech_max_tokens)]
-    return said
-
-
 def read_clips(v: variants.Variant, rows: list[dict], data: Path, infer: Infer) -> list[str]:
     """Each clip's whole text as `sonfolio transcribe` reads a file (the same cuts where a clip
     outlasts the window, the same joins), the chunks of `infer.batch_size` clips decoded in
@@ -85,7 +75,7 @@ def read_clips(v: variants.Variant, rows: list[dict], data: Path, infer: Infer) 
             pieces = [
                 x[c.start : c.end] for x, plan in zip(clips, plans, strict=True) for c in plan
             ]
-            heard = iter(_decode(v, pieces, infer))
+            heard = iter(read_pieces(v, pieces, infer))
             for plan in plans:
                 texts.append(join_texts([next(heard) for _ in plan], [c.overlaps for c in plan]))
             bar.advance(task, len(group))
