@@ -132,16 +132,16 @@ def run_child(engine: str, audio: Path, model: Path, work: Path, args: argparse.
 
 
 def build_recording(rows: list[dict], data: Path, seconds: float, dest: Path) -> dict[str, Any]:
-    """Clips of `rows`, in order, joined with PAUSE_S of silence until `seconds` are filled;
+    """Clips of `rows`, in order, joined with PAUSE_S of silence, as many as `seconds` hold;
     writes `dest` (16-bit WAV) and returns the joined reference and the clips used."""
     from sonfolio.speech.common.audio import decode, to_pcm16, write_wav
 
     pause = np.zeros(int(PAUSE_S * SAMPLE_RATE), np.float32)
     parts, texts, total = [], [], 0.0
     for row in rows:
-        if total >= seconds:
-            break
         clip = decode(data / row["audio"])
+        if parts and total + (clip.size + pause.size) / SAMPLE_RATE > seconds:
+            break  # at most `seconds`: a recording over infer.audio_limits.max_audio_s is refused
         parts += [clip, pause]
         texts.append(row["text"])
         total += (clip.size + pause.size) / SAMPLE_RATE
