@@ -1,6 +1,7 @@
 """What fusing the with-past step's self-attention gives the greedy loop: the same ONNX
-variants of the speech track decoded by sonfolio.infer.ortloop.OrtGreedy with the step as
-exported and with it fused (sonfolio.export.decoder_step), same clips, one run, interleaved.
+variants of the speech track decoded by sonfolio.infer.ortloop.OrtGreedy with its decoder's
+with-past branch as exported and with it fused (sonfolio.export.decoder_step.joint_decoder),
+same clips, one run, interleaved.
 
 Run:    python -m benchmarks.decoder_step [--root RUN] [--variants fp32 int8_ptq int4_ptq]
         [--clips 8] [--rounds 5] [--new 32] [--threads 2]
@@ -51,11 +52,11 @@ def features(folder: Path, data: Path, clips: int) -> np.ndarray:
 
 
 class _Plain(OrtGreedy):
-    fuse_attention = False
+    fuse_attention = False  # the joint decoder built at opening, its attention as exported
 
 
 def loops(folder: Path, threads: int) -> dict[str, OrtGreedy]:
-    """The loop over `folder` with the step as exported ("plain") and fused."""
+    """The loop over `folder` with the with-past step as exported ("plain") and fused."""
     return {
         name: kind(folder, threads, 1, True, prompt.read(folder))
         for name, kind in (("plain", _Plain), ("fused", OrtGreedy))
@@ -63,7 +64,8 @@ def loops(folder: Path, threads: int) -> dict[str, OrtGreedy]:
 
 
 def nodes(folder: Path) -> dict[str, int]:
-    """Nodes of the with-past step, plain and fused, as written and as ORT runs it."""
+    """Nodes of the with-past step (the joint decoder's with-past branch), plain and fused, as
+    written and as ORT runs it alone."""
     step = with_past_decoder(onnx.load(str(folder / DECODER)))
     heads = next(
         i.type.tensor_type.shape.dim[1].dim_value

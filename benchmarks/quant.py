@@ -10,8 +10,9 @@ benchmarks/results/quant.json (per track and variant: the bench figures plus `si
 each int8 variant meets them; the conditions, load average included) and prints a table.
 For a track the bench measured faster-whisper on (speech with Whisper's own tokenizer:
 `faster_whisper_finetuned`, the same weights in CTranslate2 int8), also
-`latency_vs_faster_whisper` and `size_ratio` (vs_faster_whisper), with the rows and fields
-they came from.
+`latency_vs_faster_whisper`, `rss_vs_faster_whisper` (peak resident memory of the two rows'
+worker processes) and `size_ratio` (vs_faster_whisper), with the rows and fields they came
+from.
 
 Targets (issue 6): int8 files <= 0.28x the FP32 size; int8 end-to-end generation >= 2x faster
 than torch FP32; speech int8 latency <= 1.25x CTranslate2 int8 on the same decode length.
@@ -90,13 +91,16 @@ def vs_faster_whisper(variants: dict[str, Any]) -> dict[str, Any] | None:
     return {
         "latency_vs_faster_whisper": round(variants[best][key] / fw[key], 4),
         "size_ratio": round(variants[best]["bytes"] / variants[fp32]["bytes"], 4),
+        # each row's worker process's peak resident memory (VmHWM), imports included
+        "rss_vs_faster_whisper": round(variants[best]["rss_peak_mb"] / fw["rss_peak_mb"], 4),
         "from": {
             "ours": f"{best}.{key}",
             "faster_whisper": f"{FASTER_WHISPER}.{key}",
             "size": f"{best}.bytes / {fp32}.bytes",
+            "rss": f"{best}.rss_peak_mb / {FASTER_WHISPER}.rss_peak_mb",
             "note": "best (lowest) e2e of the int8 rows through our greedy loop "
             f"({', '.join(LOOP_INT8)}); faster-whisper's e2e includes its feature extraction, "
-            "ours adds our WhisperFeatureExtractor's per clip (e2e_with_features)",
+            "ours adds our numpy log-mel features' per clip (e2e_with_features)",
         },
     }
 
@@ -184,7 +188,8 @@ def main() -> None:
         if "latency_vs_faster_whisper" in data:
             screen.print(
                 f"{track} vs faster-whisper (same weights): latency "
-                f"{data['latency_vs_faster_whisper']:.2f}x, size {data['size_ratio']:.2f}x "
+                f"{data['latency_vs_faster_whisper']:.2f}x, peak RSS "
+                f"{data['rss_vs_faster_whisper']:.2f}x, size {data['size_ratio']:.2f}x "
                 f"of ONNX FP32; from {data['from']}"
             )
     screen.print(f"written: {RESULTS}")

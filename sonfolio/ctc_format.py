@@ -18,6 +18,12 @@ DECODING = "ctc_decoding"  # config.json key: true when the model is read by its
 CTC_OUTPUT = "ctc_logits"  # the exported encoder's second output (sonfolio.export)
 
 
+def decodes_with_ctc(config: object) -> bool:
+    """Whether a model (by its config: transformers' or sonfolio.model_folder's) is read by its
+    CTC head."""
+    return bool(getattr(config, DECODING, False))
+
+
 def folder_decoding(folder: Path) -> tuple[bool, int | None]:
     """(whether the model saved in `folder` is read by its CTC head, its blank id), from
     its config.json alone: for callers that have not loaded the model."""

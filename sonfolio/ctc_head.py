@@ -12,14 +12,9 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
-from sonfolio.ctc_format import DECODING, HEAD_FILE, collapse
+from sonfolio.ctc_format import DECODING, HEAD_FILE, collapse, decodes_with_ctc
 
 HEAD = "ctc_head"  # the attribute (and state-dict prefix) of the head on the model
-
-
-def decodes_with_ctc(config: object) -> bool:
-    """Whether a model (by its transformers config) is read by its CTC head."""
-    return bool(getattr(config, DECODING, False))
 
 
 def load_head(model: PreTrainedModel, folder: Path) -> PreTrainedModel:

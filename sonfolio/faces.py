@@ -87,6 +87,15 @@ class ExportFace(Protocol):
 
     def register_classes(self, onnx: bool = False) -> None: ...
 
+    def processor(self, folder: Path) -> Any:
+        """The model folder's preprocessing in numpy, read from its preprocessor_config.json
+        without transformers (score: the canvas; speech: the log-mel features).
+
+        Raises:
+            ValueError: the file is missing or asks for what the preprocessing does not do.
+        """
+        ...
+
     def torch_model_class(self) -> type: ...
 
     def ort_model_class(self) -> type: ...

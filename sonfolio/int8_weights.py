@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from sonfolio.cpu import SAFE_INT8_WEIGHT, saturates, summary
-from sonfolio.export.layout import DECODER_STEP
+from sonfolio.export.layout import DERIVED
 
 
 def int8_weight_range(folder: Path) -> dict[str, Any] | None:
@@ -26,8 +26,8 @@ def int8_weight_range(folder: Path) -> dict[str, Any] | None:
     from sonfolio.onnx_graphs import graphs
 
     max_abs, signed, count = 0, True, 0
-    # the step file (DECODER_STEP) holds the merged decoder's with-past weights again
-    for path in sorted(p for p in folder.glob("*.onnx") if p.name != DECODER_STEP):
+    # the fused decoder (DERIVED) holds the merged decoder's weights again
+    for path in sorted(p for p in folder.glob("*.onnx") if p.name not in DERIVED):
         model = onnx.load(str(path))
         inits = {i.name: i for g in graphs(model.graph) for i in g.initializer}
         for graph in graphs(model.graph):

@@ -58,6 +58,47 @@ _WHISPER_READ = {
 }
 # used only with timestamps, word timestamps or prompt_ids
 _WHISPER_INERT = {"alignment_heads", "max_initial_timestamp_index", "prev_sot_token_id"}
+# transformers 4.57's GenerationConfig() defaults that are not None: a key holding its default
+# asks for nothing. Written out so that reading a prompt needs no transformers (the inference
+# path runs without it, sonfolio.model_folder); tests/test_prompt.py holds it to
+# GenerationConfig().to_dict(), so an upgrade that adds or changes one fails there.
+GENERATION_DEFAULTS: dict[str, object] = {
+    "max_length": 20,
+    "min_length": 0,
+    "early_stopping": False,
+    "do_sample": False,
+    "num_beams": 1,
+    "use_cache": True,
+    "temperature": 1.0,
+    "top_k": 50,
+    "top_p": 1.0,
+    "typical_p": 1.0,
+    "epsilon_cutoff": 0.0,
+    "eta_cutoff": 0.0,
+    "repetition_penalty": 1.0,
+    "encoder_repetition_penalty": 1.0,
+    "length_penalty": 1.0,
+    "no_repeat_ngram_size": 0,
+    "renormalize_logits": False,
+    "remove_invalid_values": False,
+    "token_healing": False,
+    "num_return_sequences": 1,
+    "output_attentions": False,
+    "output_hidden_states": False,
+    "output_scores": False,
+    "return_dict_in_generate": False,
+    "encoder_no_repeat_ngram_size": 0,
+    "is_assistant": False,
+    "num_assistant_tokens": 20,
+    "num_assistant_tokens_schedule": "constant",
+    "assistant_confidence_threshold": 0.4,
+    "assistant_lookbehind": 10,
+    "target_lookbehind": 10,
+    "disable_compile": False,
+    "diversity_penalty": 0.0,
+    "num_beam_groups": 1,
+    "_from_model_config": False,
+}
 
 
 class PromptError(ValueError):
@@ -126,10 +167,8 @@ def _json(path: Path) -> dict[str, Any]:
 
 def _check_supported(gen: dict[str, Any], whisper: bool, path: Path) -> None:
     """Every key is read here, changes nothing in a greedy decode, or holds its default."""
-    from transformers import GenerationConfig
-
     known = _READ | _INERT | ((_WHISPER_READ | _WHISPER_INERT) if whisper else set())
-    defaults = GenerationConfig().to_dict()
+    defaults = GENERATION_DEFAULTS
     for key, value in gen.items():
         if key in known or value is None or (key in defaults and value == defaults[key]):
             continue
@@ -220,8 +259,6 @@ def _forced_ids(gen: dict[str, Any], model: dict[str, Any], path: Path) -> list[
 
 def _language_id(gen: dict[str, Any], language: str, path: Path) -> int:
     """`language` as transformers reads it: a lang_to_id key, a code or an English name."""
-    from transformers.models.whisper.tokenization_whisper import TO_LANGUAGE_CODE
-
     lang_to_id = gen.get("lang_to_id")
     if not isinstance(language, str):
         raise PromptError(f"{path}: language = {language!r}: set a code such as 'fr'")
@@ -230,9 +267,11 @@ def _language_id(gen: dict[str, Any], language: str, path: Path) -> int:
     name = language.lower()
     if name in lang_to_id:
         token = name
-    elif name in TO_LANGUAGE_CODE:
-        token = f"<|{TO_LANGUAGE_CODE[name]}|>"
-    elif name in TO_LANGUAGE_CODE.values():
+    elif f"<|{name}|>" in lang_to_id:  # a code ("fr"), found without transformers
+        token = f"<|{name}|>"
+    elif name in _language_codes():
+        token = f"<|{_language_codes()[name]}|>"
+    elif name in _language_codes().values():
         token = f"<|{name}|>"
     else:
         raise PromptError(
@@ -240,6 +279,14 @@ def _language_id(gen: dict[str, Any], language: str, path: Path) -> int:
             "or a name such as 'french'"
         )
     return _id_in(lang_to_id, token, "lang_to_id", path)
+
+
+def _language_codes() -> dict[str, str]:
+    """transformers' Whisper language names -> codes ("french" -> "fr"): imported only for a
+    generation config naming its language in English, which the inference path avoids."""
+    from transformers.models.whisper.tokenization_whisper import TO_LANGUAGE_CODE
+
+    return TO_LANGUAGE_CODE
 
 
 def _id_in(table: dict[str, Any], key: str, name: str, path: Path) -> int:

@@ -14,12 +14,18 @@ CUDAExecutionProvider when onnxruntime has it and device allows, else on CPU; Py
 CUDA when torch sees a GPU. Every choice is logged with its reason. A model whose config says
 `ctc_decoding: true` is read by its CTC head (sonfolio.train.ctc; in ONNX, the encoder's
 `ctc_logits` output), not by its decoder.
+
+An ONNX folder decoded by the ORT loops loads with neither torch nor transformers (config,
+tokenizer and preprocessing: sonfolio.model_folder and the track's infer face): ~300 MB less
+resident memory and seconds less start-up for `sonfolio transcribe` / `read` and the service.
+torch is imported for a PyTorch folder, and transformers with optimum where optimum decodes.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -27,13 +33,17 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import torch
-from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerBase
+import numpy as np
 
-from sonfolio import ctc_head as ctc
 from sonfolio import tracks
-from sonfolio.export.layout import DECODER, ENCODER, UNMERGED
+from sonfolio import variant_backends as backends
+from sonfolio.ctc_format import decodes_with_ctc
+from sonfolio.export.layout import ENCODER
 from sonfolio.infer.ortloop import OrtGreedy
+from sonfolio.model_folder import FolderError, FolderTokenizer, read_config
+from sonfolio.variant_backends import DECODERS, TORCH_WEIGHTS, VariantError
+
+__all__ = ["TORCH_WEIGHTS", "Variant", "VariantError", "decoder_positions", "discover", "load"]
 
 if TYPE_CHECKING:
     from sonfolio.score.decode.vocab import Carry
@@ -42,13 +52,6 @@ log = logging.getLogger(__name__)
 
 # config.json's model_type -> the track whose export face (sonfolio.tracks) says how it loads
 TRACKS = {"vision-encoder-decoder": "score", "whisper": "speech"}
-TORCH_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
-# optimum's layouts: a merged decoder, or a decoder + one with past
-DECODERS = ((DECODER,), UNMERGED)
-
-
-class VariantError(ValueError):
-    """A variant folder that cannot be loaded; the message names the file and the fix."""
 
 
 @dataclass
@@ -59,9 +62,10 @@ class Variant:
         name: the folder's name, e.g. "score_fp32", "fp32", "int8_ptq".
         kind: "torch" or "onnx".
         track: the track's name ("score", "speech"), from config.json's model_type.
-        tokenizer: the folder's tokenizer.
-        processor: the track's processor_class (score: ViTImageProcessor, speech:
-            WhisperFeatureExtractor).
+        tokenizer: the folder's tokenizer (sonfolio.model_folder.FolderTokenizer: no
+            transformers).
+        processor: the track's preprocessing in numpy (its infer face's `processor`: score, the
+            canvas size; speech, sonfolio.speech.common.logmel.LogMel).
         folder: where it was loaded from.
         device: where it runs: "cpu", "cuda" (torch) or the ORT provider's name.
     """
@@ -69,11 +73,11 @@ class Variant:
     name: str
     kind: str
     track: str
-    tokenizer: PreTrainedTokenizerBase
+    tokenizer: FolderTokenizer
     processor: Any
     folder: Path
     device: str
-    config: Any = field(repr=False)  # the model's transformers config
+    config: Any = field(repr=False)  # config.json as attributes (sonfolio.model_folder)
     # loads optimum's model on first use of `model`, so a variant decoded by `loop` never pays
     # optimum's start-up (its sessions are separate); None: the model was loaded with the variant
     load_model: Callable[[], Any] | None = field(repr=False)
@@ -100,10 +104,9 @@ class Variant:
         """The model's input, as its track names it: "pixel_values" (score), ..."""
         return tracks.face(self.track, "export").input_name
 
-    @torch.no_grad()
     def generate(
         self,
-        inputs: torch.Tensor,
+        inputs: Any,
         max_new_tokens: int,
         times: Sequence[str | None] | Carry | None = None,
         constrained: bool = False,
@@ -113,9 +116,9 @@ class Variant:
         nothing valid was found).
 
         Args:
-            inputs: score: (B, 1, H, W) float pixels in [0, 1], ink = 1
-                (sonfolio.score.model.batches); speech: (B, mel bins, frames) log-mel features
-                (sonfolio.speech.model.batches).
+            inputs: a numpy array (or a torch tensor): score, (B, 1, H, W) float pixels in
+                [0, 1], ink = 1 (sonfolio.score.common.pixels); speech, (B, mel bins, frames)
+                log-mel features (the variant's `processor`).
             max_new_tokens: decoding limit per sample.
             times: score, constrained: per sample the time signature in force before it (None:
                 unknown), or a `Carry` (each sample in the time the one before leaves).
@@ -131,27 +134,41 @@ class Variant:
         """
         if constrained:
             return self._constrained(inputs, max_new_tokens, times)
-        if ctc.decodes_with_ctc(self.config) and self.kind == "torch":
-            ids = ctc.greedy(self.model, inputs, max_new_tokens)
-            return self.tokenizer.batch_decode(ids, skip_special_tokens=True)
         if self.loop is not None:
-            ids = self.loop.generate(inputs.numpy(), min(max_new_tokens, self._limit()), False)
+            ids = self.loop.generate(_numpy(inputs), self._limit(max_new_tokens), False)
             return self.tokenizer.batch_decode(ids, skip_special_tokens=True)
-        if self.kind == "torch":
-            inputs = inputs.to(self.model.device)
-        ids = self.model.generate(
-            inputs, max_new_tokens=min(max_new_tokens, self._limit()), num_beams=1, do_sample=False
-        )
-        return self.tokenizer.batch_decode(ids, skip_special_tokens=True)
+        import torch  # a PyTorch folder, or an ONNX one that optimum decodes
 
-    def _limit(self) -> int:
+        with torch.no_grad():
+            if decodes_with_ctc(self.config):  # torch: an ONNX CTC model has its loop
+                from sonfolio import ctc_head
+
+                ids = ctc_head.greedy(self.model, self._tensor(inputs), max_new_tokens)
+            else:
+                ids = self.model.generate(
+                    self._tensor(inputs),
+                    max_new_tokens=self._limit(max_new_tokens),
+                    num_beams=1,
+                    do_sample=False,
+                )
+        return self.tokenizer.batch_decode(ids.tolist() if hasattr(ids, "tolist") else ids, True)
+
+    def _tensor(self, inputs: Any) -> Any:
+        """`inputs` as a torch tensor where the model runs (torch's device; optimum: CPU)."""
+        import torch
+
+        x = torch.as_tensor(np.asarray(inputs, dtype=np.float32))
+        return x.to(self.model.device) if self.kind == "torch" else x
+
+    def _limit(self, new: int) -> int:
+        """`new` tokens, or fewer where the decoder's positions end first."""
         limit = decoder_positions(self.config) - 1  # the start token takes a position
         if isinstance(self.loop, OrtGreedy):  # so does the rest of a Whisper's prompt
             limit = decoder_positions(self.config) - len(self.loop.prompt.ids)
-        return limit
+        return min(new, limit)
 
     def _constrained(
-        self, inputs: torch.Tensor, new: int, times: Sequence[str | None] | Carry | None
+        self, inputs: Any, new: int, times: Sequence[str | None] | Carry | None
     ) -> list[str]:
         # the track's infer face names the module that decodes under its grammar
         cs = tracks.face(self.track, "infer").grammar()
@@ -163,7 +180,7 @@ class Variant:
         if self._vocab is None:
             self._vocab = cs.Vocab(self.tokenizer)
         vocab, stats = self._vocab, self.decode_stats
-        if ctc.decodes_with_ctc(self.config):
+        if decodes_with_ctc(self.config):
             blank = self.config.pad_token_id
             decode = partial(
                 cs.ctc_decode,
@@ -173,12 +190,17 @@ class Variant:
                 stats=stats,
                 workers=self.search_workers,
             )
-            if self.kind == "torch":
-                logits = ctc.logits(self.model, inputs).float().cpu().numpy()
-                ids = decode(logits, limit=new)
+            if self.loop is None:
+                import torch
+
+                from sonfolio import ctc_head
+
+                with torch.no_grad():
+                    logits = ctc_head.logits(self.model, self._tensor(inputs))
+                ids = decode(logits.float().cpu().numpy(), limit=new)
             else:
                 ids = self.loop.generate(
-                    inputs.numpy(), new, decode=lambda x, n: decode(x, limit=n)
+                    _numpy(inputs), new, decode=lambda x, n: decode(x, limit=n)
                 )
             return [vocab.text(row) for row in ids]
         if isinstance(times, cs.Carry):
@@ -192,25 +214,31 @@ class Variant:
         return self._attend(cs, inputs, new, times)
 
     def _attend(
-        self, cs: Any, inputs: torch.Tensor, new: int, times: Sequence[str | None] | None
+        self, cs: Any, inputs: Any, new: int, times: Sequence[str | None] | None
     ) -> list[str]:
         """Constrained greedy decoding by the attention decoder (ORT loop or HF generate)."""
-        new = min(new, self._limit())
+        new = self._limit(new)
         constraint = cs.GreedyConstraint(self._vocab, times, len(inputs), self.decode_stats)
         if self.loop is not None:
-            ids = self.loop.generate(inputs.numpy(), new, False, constraint)
+            ids = self.loop.generate(_numpy(inputs), new, False, constraint)
         else:
-            if self.kind == "torch":
-                inputs = inputs.to(self.model.device)
-            out = self.model.generate(
-                inputs,
-                max_new_tokens=new,
-                num_beams=1,
-                do_sample=False,
-                logits_processor=[cs.logits_processor(constraint)],
-            )
+            import torch
+
+            with torch.no_grad():
+                out = self.model.generate(
+                    self._tensor(inputs),
+                    max_new_tokens=new,
+                    num_beams=1,
+                    do_sample=False,
+                    logits_processor=[cs.logits_processor(constraint)],
+                )
             ids = constraint.finish([row[1:] for row in out.tolist()])  # [1:]: the start token
         return [self._vocab.text(row) for row in ids]
+
+
+def _numpy(inputs: Any) -> np.ndarray:
+    """A batch as the ORT loops take it: float32 numpy (a CPU torch tensor converts too)."""
+    return np.ascontiguousarray(np.asarray(inputs, dtype=np.float32))
 
 
 def decoder_positions(config: Any) -> int:
@@ -243,22 +271,21 @@ def load(folder: Path, threads: int | None = None, device: str = "auto") -> Vari
     if not folder.is_dir():
         raise VariantError(f"{folder} is not a folder: train or export the model first")
     track = _track(folder)
-    tracks.face(track, "export").register_classes()  # a track's own model classes, if any
     tokenizer, processor = _preprocessing(folder, track)
     config = _config(folder)
     loop, model = None, None
-    reads_ctc = ctc.decodes_with_ctc(config)
+    reads_ctc = decodes_with_ctc(config)
     if any(folder.glob("*.onnx")):
-        kind, where = "onnx", _provider(device)
+        kind, where = "onnx", backends.provider(device)
         if reads_ctc:
             loop = _ctc_loop(folder, where, threads, config.pad_token_id)
         else:
             loop = _greedy_loop(folder, where, threads)
-        load_model = partial(_load_onnx, folder, track, threads, where)
+        load_model = partial(backends.load_onnx, folder, track, threads, where)
         if loop is None:  # optimum decodes: load it now, so a bad file fails here
             model = load_model()
     elif any((folder / w).is_file() for w in TORCH_WEIGHTS):
-        model, where = _load_torch(folder, track, threads, device)
+        model, where = backends.load_torch(folder, track, threads, device)
         kind, load_model = "torch", None
     else:
         raise VariantError(
@@ -298,11 +325,9 @@ def _decoded_by(reads_ctc: bool, loop: Any) -> str:
 
 def _config(folder: Path) -> Any:
     try:
-        return AutoConfig.from_pretrained(str(folder))
-    except (OSError, ValueError) as err:
-        raise VariantError(
-            f"{folder / 'config.json'} is unreadable ({err}): re-save the model"
-        ) from err
+        return read_config(folder)
+    except FolderError as err:
+        raise VariantError(str(err)) from err
 
 
 def _greedy_loop(folder: Path, provider: str, threads: int | None) -> Any:
@@ -331,9 +356,9 @@ def _greedy_loop(folder: Path, provider: str, threads: int | None) -> Any:
         return None
     except prompt.PromptError as err:
         raise VariantError(str(err)) from err
-    _onnx_files(folder)  # names a missing file as optimum would
+    backends.onnx_files(folder)  # names a missing file as optimum would
     try:
-        return OrtGreedy(folder, threads or torch.get_num_threads(), 1, True, decoder_prompt)
+        return OrtGreedy(folder, threads or _cores(), 1, True, decoder_prompt)
     except (OnnxFileError, ValueError) as err:
         raise VariantError(str(err)) from err
 
@@ -343,9 +368,9 @@ def _ctc_loop(folder: Path, provider: str, threads: int | None, blank: int) -> A
     from sonfolio.export.layout import OnnxFileError
     from sonfolio.infer.ortloop import OrtCtc
 
-    _onnx_files(folder)  # names a missing file as optimum would
+    backends.onnx_files(folder)  # names a missing file as optimum would
     try:
-        return OrtCtc.open(folder, threads or torch.get_num_threads(), True, blank, provider)
+        return OrtCtc.open(folder, threads or _cores(), True, blank, provider)
     except OnnxFileError as err:
         raise VariantError(str(err)) from err
 
@@ -383,7 +408,17 @@ def _track(folder: Path) -> str:
     return TRACKS[model_type]
 
 
-def _preprocessing(folder: Path, track: str) -> tuple[PreTrainedTokenizerBase, Any]:
+def _cores() -> int:
+    """The ORT loops' default threads: the cores this process may run on (torch's default
+    too, without importing it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def _preprocessing(folder: Path, track: str) -> tuple[FolderTokenizer, Any]:
+    """The folder's tokenizer and the track's numpy preprocessing (no transformers)."""
     for name in ("tokenizer.json", "preprocessor_config.json"):
         if not (folder / name).is_file():
             raise VariantError(
@@ -391,102 +426,8 @@ def _preprocessing(folder: Path, track: str) -> tuple[PreTrainedTokenizerBase, A
                 "processor saved beside the model (copy them from the FP32 model folder)"
             )
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(folder))
-        processor = tracks.face(track, "export").processor_class().from_pretrained(str(folder))
-    except (OSError, ValueError) as err:
+        tokenizer = FolderTokenizer(folder)
+        processor = tracks.face(track, "export").processor(folder)
+    except ValueError as err:  # FolderError, and the processor's own config errors
         raise VariantError(f"{folder}: tokenizer or processor unreadable: {err}") from err
     return tokenizer, processor
-
-
-def _torch_device(device: str) -> str:
-    if device == "cuda" and not torch.cuda.is_available():
-        raise VariantError("device = cuda but torch sees no GPU: use device auto or cpu")
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return device
-
-
-def _load_torch(folder: Path, track: str, threads: int | None, device: str) -> tuple[Any, str]:
-    if threads:
-        torch.set_num_threads(threads)
-    cls = tracks.face(track, "export").torch_model_class()
-    from safetensors import SafetensorError
-
-    from sonfolio.io import damaged_safetensors
-
-    try:
-        model = ctc.load_head(cls.from_pretrained(str(folder)), folder)
-    except SafetensorError as err:  # not an OSError: transformers lets it through as it is
-        names = ", ".join(str(p) for p in damaged_safetensors(folder)) or str(folder)
-        raise VariantError(
-            f"{names}: not a readable safetensors file ({err}): the file is damaged or cut "
-            "short; copy the model folder again or rerun the stage that wrote it"
-        ) from None
-    except (OSError, ValueError, RuntimeError) as err:
-        raise VariantError(
-            f"{folder}: the PyTorch weights could not be loaded ({err}): re-save the model"
-        ) from err
-    where = _torch_device(device)
-    return model.to(where).eval(), where
-
-
-def _provider(device: str) -> str:
-    import onnxruntime as ort
-
-    available = ort.get_available_providers()
-    has_cuda = "CUDAExecutionProvider" in available
-    if device == "cuda" and not has_cuda:
-        raise VariantError(
-            "device = cuda but onnxruntime has no CUDAExecutionProvider "
-            f"(available: {available}): install onnxruntime-gpu, or use device auto or cpu"
-        )
-    if device in ("auto", "cuda") and has_cuda and torch.cuda.is_available():
-        return "CUDAExecutionProvider"
-    if device == "auto":
-        log.info("ONNX Runtime on CPU: CUDAExecutionProvider not available (%s)", available)
-    return "CPUExecutionProvider"
-
-
-def _onnx_files(folder: Path) -> list[Path]:
-    """The standard files that optimum will load, or an error naming the missing one."""
-    if not (folder / ENCODER).is_file():
-        raise VariantError(f"{folder / ENCODER} is missing: rerun the export stage")
-    for names in DECODERS:
-        if all((folder / n).is_file() for n in names):
-            return [folder / ENCODER, *(folder / n for n in names)]
-    raise VariantError(
-        f"{folder / DECODERS[0][0]} is missing (nor {' + '.join(DECODERS[1])}): rerun the "
-        "export stage; optimum expects its standard file names"
-    )
-
-
-def _load_onnx(folder: Path, track: str, threads: int | None, provider: str) -> Any:
-    import onnxruntime as ort
-
-    files = _onnx_files(folder)
-    options = ort.SessionOptions()
-    if threads:
-        options.intra_op_num_threads = threads
-    cls = tracks.face(track, "export").ort_model_class()
-    try:
-        model = cls.from_pretrained(str(folder), provider=provider, session_options=options)
-    except Exception as err:  # onnxruntime raises its own pybind exception types
-        bad = _unreadable(files)
-        if bad is not None:
-            raise VariantError(
-                f"{bad} is not a readable ONNX model ({err}): rerun the export stage"
-            ) from err
-        raise VariantError(f"{folder}: ONNX Runtime could not load the model: {err}") from err
-    return model
-
-
-def _unreadable(files: list[Path]) -> Path | None:
-    """The first file that does not parse as an ONNX model (a protobuf parse, no weights)."""
-    import onnx
-
-    for path in files:
-        try:
-            onnx.load(str(path), load_external_data=False)
-        except Exception:  # protobuf's DecodeError and onnx's own errors: any means unreadable
-            return path
-    return None

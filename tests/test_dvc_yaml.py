@@ -149,10 +149,6 @@ def project_imports(entry: str, tracks: tuple[str, ...] = ()) -> set[Path]:
 # page cutting), whose edits rerun data@score anyway (docs/architecture.md, "Deps").
 FOR_ANOTHER_TRACK = {
     "tokenizer@score": {"sonfolio/score/common", "sonfolio/score/model"},
-    "train@score": {"sonfolio/score/common"},
-    "qat@score": {"sonfolio/score/common"},
-    "estimate@score": {"sonfolio/score/common"},
-    "bench@score": {"sonfolio/score/common"},
     "export@speech": {"sonfolio/speech/model"},  # score's export registers its conv encoder
 }
 

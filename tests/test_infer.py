@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -20,8 +21,9 @@ from PIL import Image
 
 from sonfolio.cli import main
 from sonfolio.infer.formats import read_lilypond
-from sonfolio.infer.run import Reading, SystemText, default_model
+from sonfolio.infer.run import default_model
 from sonfolio.score.common.page import Box
+from sonfolio.score.decode.read import Reading, SystemText
 from sonfolio.score.decode.read import problem as _problem
 
 
@@ -231,15 +233,17 @@ def test_the_default_model_is_the_exported_variant_else_fp32(params, tmp_path):
 
 
 def test_audio_cuts_that_do_not_fit_the_model_window_fail_at_load(files, capsys, tmp_path):
-    params = params_file(tmp_path, audio={"search_s": 1.5, "silence_db": -35.0, "overlap_s": 0.6, "max_repeats": 3})
+    params = params_file(
+        tmp_path, audio={"search_s": 1.5, "silence_db": -35.0, "overlap_s": 0.6, "max_repeats": 3}
+    )
     argv = ["transcribe", str(files["wav"]), "--model", str(files["speech"])]
     assert main([*argv, "--params", str(params)]) == 2
     assert "infer.audio.search_s + overlap_s" in capsys.readouterr().err
 
 
-@pytest.mark.slow
-def test_read_and_transcribe_with_int8_onnx_exports(files, capsys, params):
-    """The default route: models exported and quantized by the export stages' own functions."""
+@pytest.fixture(scope="module")
+def int8_exports(files, params):
+    """Both tiny models exported and quantized by the export stages' own functions."""
     from sonfolio.export.fp32 import export_fp32
     from sonfolio.export.int8 import quantize_int8
 
@@ -252,6 +256,13 @@ def test_read_and_transcribe_with_int8_onnx_exports(files, capsys, params):
         export_fp32(files[track], fp32, task, params.export)
         quantize_int8(fp32, int8, params.export)
         exported[track] = int8
+    return exported
+
+
+@pytest.mark.slow
+def test_read_and_transcribe_with_int8_onnx_exports(files, capsys, int8_exports):
+    """The default route: the exported int8 variants."""
+    exported = int8_exports
     argv = [str(files["root"] / "page.png"), "--model", str(exported["score"]), "--format", "json"]
     assert cli(files, "read", *argv) == 0
     out = json.loads(capsys.readouterr().out)
@@ -259,6 +270,35 @@ def test_read_and_transcribe_with_int8_onnx_exports(files, capsys, params):
     argv = [str(files["long"]), "--model", str(exported["speech"]), "--format", "json"]
     assert cli(files, "transcribe", *argv) == 0
     assert len(json.loads(capsys.readouterr().out)["files"][0]["chunks"]) == 3
+
+
+@pytest.mark.slow
+def test_the_inference_path_imports_neither_torch_nor_transformers(files, int8_exports):
+    # `read`, `transcribe` and the service on ONNX variants: their memory and start-up are
+    # the runtime's, not torch's and transformers' (~300 MB, seconds of imports)
+    common = ["--params", str(files["params"]), "--threads", "1", "--device", "cpu"]
+    read = ["read", str(files["root"] / "page.png"), "--model", str(int8_exports["score"])]
+    hear = ["transcribe", str(files["long"]), "--model", str(int8_exports["speech"])]
+    code = f"""
+import sys
+from fastapi.testclient import TestClient
+from sonfolio.cli import main
+from sonfolio.config.params import load_params
+from sonfolio.serve import create_app
+assert main({[*read, *common]!r}) == 0
+assert main({[*hear, *common]!r}) == 0
+p = load_params({str(files["params"])!r})
+app = create_app(p.infer, p.serve, {str(int8_exports["score"])!r}, {str(int8_exports["speech"])!r},
+                 threads=1, device="cpu")
+with TestClient(app) as client:
+    with open({str(files["wav"])!r}, "rb") as f:
+        answer = client.post("/transcribe", files={{"file": ("a.wav", f, "audio/wav")}})
+    assert answer.status_code == 200, answer.text
+print("HEAVY", sorted({{m.split(".")[0] for m in sys.modules}} & {{"torch", "transformers"}}))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.splitlines()[-1] == "HEAVY []"
 
 
 def test_a_page_with_no_staff_says_so_and_its_ly_engraves_nothing(files, caplog, tmp_path):

@@ -60,13 +60,20 @@ RUNTIMES = {
 }
 
 
+# the runtimes that load through transformers' Auto classes (torch's from_pretrained, optimum's
+# ORT models): the track's own model classes are registered for them first; the ORT loop and the
+# peers read their folders without transformers, which their measured memory must not hold
+THROUGH_TRANSFORMERS = ("torch", "ort")
+
+
 def open_runtime(spec: Spec) -> Any:
-    """The spec's runtime on its folder, in this (fresh) process: the track's own model classes
-    (score's conv encoder) registered first, as nothing else here has (torch's from_pretrained
-    and optimum's ORT models alike read the model type from config.json)."""
+    """The spec's runtime on its folder, in this (fresh) process: for the runtimes that read the
+    model type through transformers, the track's own model classes (score's conv encoder)
+    registered first, as nothing else here has."""
     from sonfolio import tracks
 
-    tracks.face(spec.track, "export").register_classes()
+    if spec.case.runtime in THROUGH_TRANSFORMERS:
+        tracks.face(spec.track, "export").register_classes()
     return RUNTIMES[spec.case.runtime](spec)
 
 
@@ -146,12 +153,11 @@ def _audio(path: str) -> list[np.ndarray] | None:
 
 def _features_ms(spec: Spec, audio: list[np.ndarray]) -> list[float]:
     """Per clip, ms of the feature extraction that made this runtime's inputs (the track's
-    processor from `features_from`, one clip at a time, as the runtimes take them)."""
+    numpy preprocessing of `features_from`, as the inference path runs it: one clip at a
+    time, as the runtimes take them)."""
     from sonfolio import tracks
 
-    extractor = (
-        tracks.face(spec.track, "export").processor_class().from_pretrained(spec.features_from)
-    )
+    extractor = tracks.face(spec.track, "export").processor(Path(spec.features_from))
     rate = extractor.sampling_rate
     extractor(audio[0], sampling_rate=rate, return_tensors="np")  # warm: first-call costs
     return [_ms(lambda a: extractor(a, sampling_rate=rate, return_tensors="np"), a) for a in audio]

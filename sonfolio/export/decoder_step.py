@@ -1,6 +1,9 @@
-"""A with-past decoder step made cheaper for the greedy loop (sonfolio.infer.ortloop), written
-once by the export (`write_step`: decoder_step_model.onnx beside optimum's files) so that
-opening a model does no graph surgery.
+"""One decoder for every step of the greedy loop (sonfolio.infer.ortloop), its with-past
+branch made cheaper: written once by the export (`write_fused`: decoder_fused_model.onnx
+beside optimum's files) so that opening a model does no graph surgery.
+
+`joint_decoder` is optimum's merged decoder with its with-past branch replaced by the step
+below, so that one ORT session (one copy of the weights) runs the first step and the rest.
 
 `fuse_self_attention` turns each self-attention block of the with-past decoder
 (sonfolio.export.with_past) into one com.microsoft MultiHeadAttention node. A whisper-base
@@ -18,10 +21,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
+
+from sonfolio.onnx_graphs import graphs
 
 MS_DOMAIN = "com.microsoft"
 _HEADS_FIRST = [0, 2, 1, 3]  # (B, S, heads, size) <-> (B, heads, S, size)
@@ -272,20 +278,93 @@ def step_graph(merged: onnx.ModelProto, fuse: bool = True) -> onnx.ModelProto:
     return step
 
 
-def write_step(folder: Path) -> Path | None:
-    """Write the fused with-past step of the folder's merged decoder as DECODER_STEP beside
-    it, checked by onnx's checker; None (nothing written) for a folder with no merged decoder.
+def joint_decoder(merged: onnx.ModelProto, fuse: bool = True) -> onnx.ModelProto:
+    """One decoder for the first step and the later ones: `merged` with its with-past branch
+    (the `If`'s then-branch) replaced by `step_graph`'s step, so a runtime holds the weights
+    once. The first step still runs the no-past branch as exported (use_cache_branch false);
+    a later step pays the `If` (~35 us, docs/export.md) and runs what the step model runs.
+
+    Top-level nodes that the with-past branch does not read move into the no-past branch
+    (int8: the quantization of encoder_hidden_states, which only the first step's
+    cross-attention uses), so that a later step does not run them; nodes and initializers
+    that nothing reads any more (the fusion's leftovers) are dropped.
+
+    `merged` is rewritten in place and returned: a copy would hold its weights twice.
 
     Raises:
-        OnnxFileError: the merged decoder is not optimum's, or the step does not check.
+        OnnxFileError: `merged` is not an optimum merged decoder.
     """
-    from sonfolio.export.layout import DECODER, DECODER_STEP, check_onnx, load_onnx
+    step = step_graph(merged, fuse)  # raises for a model that is not a merged decoder
+    top = merged.graph
+    switch = next(n for n in top.node if n.op_type == "If")
+    outer = [n for n in top.node if n.op_type != "If"]  # step_graph checked: one If
+    on_top = {o for n in outer for o in n.output}
+    branches = {a.name: a.g for a in switch.attribute}
+    old = branches["then_branch"]
+    with_past = helper.make_graph(
+        [n for n in step.graph.node if not on_top.intersection(n.output)],
+        old.name,
+        [],
+        list(old.output),
+    )
+    del step  # its copy of the weights
+    branches["then_branch"].CopyFrom(with_past)
+    no_past = branches["else_branch"]
+    later = _upstream(outer, _reads(with_past) | {*switch.input, *(o.name for o in top.output)})
+    first = _upstream(outer, _reads(no_past)) - later
+    _replace(no_past.node, [*(outer[i] for i in sorted(first)), *no_past.node])
+    _replace(top.node, [*(outer[i] for i in sorted(later)), switch])
+    used = {x for g in graphs(top) for n in g.node for x in n.input}
+    for i in reversed(range(len(top.initializer))):
+        if top.initializer[i].name not in used:
+            del top.initializer[i]
+    uses_ms = any(n.domain == MS_DOMAIN for g in graphs(top) for n in g.node)
+    if uses_ms and all(o.domain != MS_DOMAIN for o in merged.opset_import):
+        merged.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
+    return merged
+
+
+def _reads(graph: onnx.GraphProto) -> set[str]:
+    """The tensors the nodes of `graph` and its subgraphs read."""
+    return {x for g in graphs(graph) for n in g.node for x in n.input}
+
+
+def _upstream(nodes: list[onnx.NodeProto], names: set[str]) -> set[int]:
+    """The indices of the nodes (in graph order) that the tensors `names` depend on."""
+    needed, found = set(names), set()
+    for i in reversed(range(len(nodes))):
+        if needed.intersection(nodes[i].output):
+            found.add(i)
+            needed.update(nodes[i].input)
+    return found
+
+
+def _replace(field: Any, nodes: list[onnx.NodeProto]) -> None:
+    """Set a graph's repeated `node` field to `nodes`, which may be its own elements (copied
+    before the field is cleared)."""
+    copies = []
+    for node in nodes:
+        copies.append(onnx.NodeProto())
+        copies[-1].CopyFrom(node)
+    del field[:]
+    field.extend(copies)
+
+
+def write_fused(folder: Path) -> Path | None:
+    """Write `joint_decoder` of the folder's merged decoder, its self-attention fused, as
+    DECODER_FUSED beside it, checked by onnx's checker; None (nothing written) for a folder
+    with no merged decoder.
+
+    Raises:
+        OnnxFileError: the merged decoder is not optimum's, or the result does not check.
+    """
+    from sonfolio.export.layout import DECODER, DECODER_FUSED, check_onnx, load_onnx
 
     if not (folder / DECODER).is_file():
         return None
-    step = step_graph(load_onnx(folder / DECODER))
-    out = folder / DECODER_STEP
-    onnx.save(step, str(out))
-    del step
+    joint = joint_decoder(load_onnx(folder / DECODER))
+    out = folder / DECODER_FUSED
+    onnx.save(joint, str(out))
+    del joint
     check_onnx(out)
     return out

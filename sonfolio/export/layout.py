@@ -23,10 +23,14 @@ ENCODER = "encoder_model.onnx"
 DECODER = "decoder_model_merged.onnx"  # the first step and the steps with past, one file
 ONNX_FILES = (ENCODER, DECODER)  # what ORTModel loads from a variant folder
 UNMERGED = ("decoder_model.onnx", "decoder_with_past_model.onnx")  # optimum's other layout
-# the merged decoder's with-past branch as a model of its own, its self-attention fused: the
-# export writes it beside optimum's files (sonfolio.export.decoder_step.write_step), so the ORT
-# loop opens it as it is; optimum never reads it, and a folder without it is cut at opening
-DECODER_STEP = "decoder_step_model.onnx"
+# the merged decoder with its with-past branch's self-attention fused, for every step of the
+# ORT loop: the export writes it beside optimum's files (sonfolio.export.decoder_step.
+# write_fused), so the loop opens it as it is; optimum never reads it, and a folder without it
+# has it built at opening
+DECODER_FUSED = "decoder_fused_model.onnx"
+# files that hold the merged decoder's weights again: DECODER_FUSED, and the with-past step
+# alone that earlier exports wrote (no runtime reads it now)
+DERIVED = (DECODER_FUSED, "decoder_step_model.onnx")
 
 
 class OnnxFileError(ValueError):
@@ -47,7 +51,7 @@ def load_onnx(path: Path) -> onnx.ModelProto:
         model = onnx.load(str(path))
         onnx.checker.check_model(model)
     except Exception as err:  # onnx raises DecodeError, ValidationError, ...: all mean "bad"
-        raise _invalid(path, err) from None
+        raise invalid_file(path, err) from None
     return model
 
 
@@ -66,10 +70,11 @@ def check_onnx(path: Path) -> None:
     try:
         onnx.checker.check_model(str(path))
     except Exception as err:  # as in load_onnx
-        raise _invalid(path, err) from None
+        raise invalid_file(path, err) from None
 
 
-def _invalid(path: Path, err: Exception) -> OnnxFileError:
+def invalid_file(path: Path, err: Exception) -> OnnxFileError:
+    """The error for an ONNX file that onnx or ONNX Runtime cannot read, naming it and the fix."""
     return OnnxFileError(
         f"{path} is not a valid ONNX model ({type(err).__name__}: {err}); rerun the export "
         "stage that writes it"

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from sonfolio import cpu, int8_weights
 from sonfolio.ctc_format import folder_decoding
 from sonfolio.export.check import weight_check
-from sonfolio.export.decoder_step import write_step
+from sonfolio.export.decoder_step import write_fused
 from sonfolio.export.fp32 import export_fp32
 from sonfolio.export.int4 import quantize_int4
 from sonfolio.export.int8 import quantize_int8
@@ -116,8 +116,8 @@ def export_track(
                 metrics[name] = _variant_figures(folder, name, tmp / "fp32", cfg)
                 card_text = render(track, card, cfg, name, str(source.folder), metrics[name])
                 (folder / "README.md").write_text(card_text, encoding="utf-8")
-                # the ORT loop's later steps, fused once here instead of at every opening
-                write_step(folder)
+                # the ORT loop's one decoder, fused once here instead of at every opening
+                write_fused(folder)
             if source.name != "ptq":
                 shutil.rmtree(fp32)
     return metrics

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import unicodedata
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from sonfolio.infer.run import ChunkText, Reading
-from sonfolio.score.common.lilypond import document
-from sonfolio.score.eval.compile_check import lilypond_text
+if TYPE_CHECKING:  # annotations only: `transcribe` loads nothing of the score track
+    from sonfolio.infer.run import ChunkText, Reading
 
 READ_FORMATS = ("text", "ly", "json", "musicxml")
 TRANSCRIBE_FORMATS = ("text", "json")
@@ -77,6 +77,9 @@ def valid_systems(results: Sequence[tuple[str, Reading]]) -> int:
 
 
 def read_lilypond(results: Sequence[tuple[str, Reading]]) -> str:
+    from sonfolio.score.common.lilypond import document
+    from sonfolio.score.eval.compile_check import lilypond_text
+
     """A LilyPond file with the project's preamble and one \\score per system, in order.
 
     A text outside the canonical grammar is not engraved: it may not compile, and LilyPond

@@ -42,14 +42,32 @@ def session(
     return onnxruntime.InferenceSession(model, options, providers=[provider])
 
 
+def open_file(path: Path, threads: int, spin: bool, provider: str = "CPUExecutionProvider") -> Any:
+    """`session` over an ONNX file, or an error that names it. ONNX Runtime's own parse is the
+    check: onnx's checker read the whole file again first (~0.3 s and a transient copy of the
+    weights for whisper-base, paid at every start-up).
+
+    Raises:
+        OnnxFileError: the file is missing, or ONNX Runtime cannot load it.
+    """
+    from sonfolio.export.layout import OnnxFileError, invalid_file
+
+    if not path.is_file():
+        raise OnnxFileError(f"{path} is missing: rerun the export stage that writes it")
+    try:
+        return session(str(path), threads, spin, provider)
+    except Exception as err:  # onnxruntime's pybind errors (InvalidProtobuf, Fail, ...)
+        raise invalid_file(path, err) from None
+
+
 def release_freed_memory() -> None:
     """Hand the heap's free pages back to the system (glibc's malloc_trim; elsewhere nothing).
 
-    Loading a decoder builds its ONNX protos in Python (the merged decoder, its with-past
-    branch, the fused step, the bytes ORT reads): ~200 MB for whisper-base int8 that glibc
-    keeps after they are freed, in small blocks it does not unmap by itself. The loop's
-    resident memory after loading, whisper-base int8: 764 -> 563 MB with this
-    (docs/export.md)."""
+    Loading a decoder without the export's fused file builds its ONNX protos in Python (the
+    merged decoder, its with-past branch, the fused step, the bytes ORT reads): ~200 MB for
+    whisper-base int8 that glibc keeps after they are freed, in small blocks it does not unmap
+    by itself. The loop's resident memory after loading, whisper-base int8: 764 -> 563 MB with
+    this (docs/export.md)."""
     import ctypes
 
     try:
@@ -79,28 +97,32 @@ class OrtGreedy:
       numpy copy of the cache. The token ids are a numpy array that its bound OrtValue shares
       (CPU OrtValues from numpy do not copy), written in place; the logits land in a
       preallocated array.
-    - the first step runs the merged decoder (its no-past branch, the whole prompt, logits
-      into a (B, prompt length, vocab) array); later steps run its
-      with-past branch as a session of its own (sonfolio.export.with_past.with_past_decoder),
-      which skips the `If` and what only the first step needs, with its self-attention blocks
-      fused into MultiHeadAttention nodes (sonfolio.export.decoder_step): the export writes it
-      as decoder_step_model.onnx; a folder without it has it cut out when opened.
-    - the decoder sessions run `decoder_threads` intra-op threads (1 in params) at batch 1: a
+    - one decoder session, one copy of the weights, runs every step: the merged decoder with
+      its with-past branch's self-attention blocks fused into MultiHeadAttention nodes
+      (sonfolio.export.decoder_step.joint_decoder; the export writes it as
+      decoder_fused_model.onnx, a folder without it has it built when opened). The first step
+      runs the no-past branch (the whole prompt, logits into a (B, prompt length, vocab)
+      array); later steps run the with-past branch through a second IO binding of the same
+      session, `use_cache_branch` bound once. The `If` costs ~35 us a step against a session
+      of the with-past step alone, which held the weights a second time (+76 MB resident,
+      whisper-base int8; docs/export.md); what only the first step reads (int8: the
+      quantized encoder states) runs inside its branch.
+    - the decoder session runs `decoder_threads` intra-op threads (1 in params) at batch 1: a
       step's ops are too small to split; the encoder keeps `threads`. From `batch_threads`
-      samples a batch up, a second pair of decoder sessions with `threads` threads runs it
-      (made on first use): there the ops are big enough to share.
+      samples a batch up, a second decoder session with `threads` threads runs it (made on
+      first use): there the ops are big enough to share.
     """
 
     # a batch of at least this many decodes with `threads` threads: the score eval's 32 gained
     # (fp32 29.5 -> 40.4 systems/s on 2 cores), the speech eval's 16 lost (84 -> 63 clips/s)
     batch_threads = 32
-    # the with-past step's self-attention fused (benchmarks.decoder_step compares without)
+    # the with-past branch's self-attention fused (benchmarks.decoder_step compares without)
     fuse_attention = True
 
     def __init__(
         self, folder: Path, threads: int, decoder_threads: int, spin: bool, prompt: DecoderPrompt
     ) -> None:
-        """Sessions over the folder's encoder and merged decoder.
+        """Sessions over the folder's encoder and its decoder (`_open_decoder`).
 
         Raises:
             OnnxFileError: a file is missing or corrupt.
@@ -108,20 +130,17 @@ class OrtGreedy:
         """
         import onnxruntime
 
-        from sonfolio.export.layout import DECODER, ENCODER, check_onnx
+        from sonfolio.export.layout import ENCODER
 
-        check_onnx(folder / ENCODER)  # names a missing or corrupt file (OnnxFileError)
-        check_onnx(folder / DECODER)
         self.ort, self.spin = onnxruntime, spin
         self.folder, self.threads, self.decoder_threads = folder, threads, decoder_threads
-        self.enc = self._session(str(folder / ENCODER), threads)
-        self.first, self.next = self._pair(decoder_threads)
+        self.enc = open_file(folder / ENCODER, threads, spin)
+        self.decoder = self._open_decoder(decoder_threads)
         release_freed_memory()
-        self._decoders = {decoder_threads: (self.first, self.next)}
+        self._decoders = {decoder_threads: self.decoder}
         self.enc_input = self.enc.get_inputs()[0].name
-        self.past = [i for i in self.first.get_inputs() if i.name.startswith("past_key_values")]
-        self.next_inputs = {i.name for i in self.next.get_inputs()}
-        self.presents = [o.name for o in self.first.get_outputs()][1:]
+        self.past = [i for i in self.decoder.get_inputs() if i.name.startswith("past_key_values")]
+        self.presents = [o.name for o in self.decoder.get_outputs()][1:]
         # Whisper's cross-attention keys/values come from the first step only: the with-past
         # branch returns placeholders for them
         step0_only = {n for n in self.presents if ".encoder." in n}
@@ -129,7 +148,7 @@ class OrtGreedy:
         # keys / values are bound once, from the first step (rebinding the placeholders cost
         # ~30 us a whisper-base step in Python)
         self.step_presents = [n for n in self.presents if n not in step0_only]
-        self.vocab = self.first.get_outputs()[0].shape[-1]
+        self.vocab = self.decoder.get_outputs()[0].shape[-1]
         self.prompt, self.eos = prompt, prompt.eos
         tokens = [*prompt.ids, prompt.eos, *prompt.suppress, *prompt.begin_suppress]
         bad = [t for t in tokens if isinstance(self.vocab, int) and not 0 <= t < self.vocab]
@@ -142,31 +161,30 @@ class OrtGreedy:
         self.suppress = np.unique(np.array(prompt.suppress, dtype=np.intp))
         self.suppress_first = np.union1d(self.suppress, np.array(prompt.begin_suppress, np.intp))
 
-    def _decoder_pair(self, batch: int) -> tuple[Any, Any]:
-        """The (first step, later steps) decoder sessions for a batch of this size."""
+    def _decoder_for(self, batch: int) -> Any:
+        """The decoder session for a batch of this size."""
         threads = self.threads if batch >= self.batch_threads else self.decoder_threads
         if threads not in self._decoders:
-            self._decoders[threads] = self._pair(threads)
+            self._decoders[threads] = self._open_decoder(threads)
             release_freed_memory()
         return self._decoders[threads]
 
-    def _pair(self, threads: int) -> tuple[Any, Any]:
-        """Sessions for the merged decoder (first step) and its with-past step (the rest): the
-        export's fused step file (DECODER_STEP) as it is, or, in a folder without one (an
-        older export, optimum's own), the step cut out of the merged decoder now."""
-        from sonfolio.export.decoder_step import step_graph
-        from sonfolio.export.layout import DECODER, DECODER_STEP, check_onnx, load_onnx
+    def _open_decoder(self, threads: int) -> Any:
+        """A session over the export's fused decoder file (DECODER_FUSED) as it is, or, in a
+        folder without one (an older export, optimum's own), the same graph built from the
+        merged decoder now (sonfolio.export.decoder_step.joint_decoder); without
+        `fuse_attention`, built with the with-past branch's attention as exported."""
+        from sonfolio.export.decoder_step import joint_decoder
+        from sonfolio.export.layout import DECODER, DECODER_FUSED, load_onnx
 
-        first = self._session(str(self.folder / DECODER), threads)
-        stored = self.folder / DECODER_STEP
+        stored = self.folder / DECODER_FUSED
         if self.fuse_attention and stored.is_file():
-            check_onnx(stored)
-            return first, self._session(str(stored), threads)
+            return open_file(stored, threads, self.spin)
         # parsed here rather than kept since start-up: a large decoder's proto is GBs
-        step = step_graph(load_onnx(self.folder / DECODER), fuse=self.fuse_attention)
-        data = step.SerializeToString()
-        del step  # a copy of the weights: gone before the session makes its own
-        return first, self._session(data, threads)
+        joint = joint_decoder(load_onnx(self.folder / DECODER), fuse=self.fuse_attention)
+        data = joint.SerializeToString()
+        del joint  # a copy of the weights: gone before the session makes its own
+        return self._session(data, threads)
 
     def _session(self, model: str | bytes, threads: int) -> Any:
         return session(model, threads, self.spin)
@@ -200,28 +218,28 @@ class OrtGreedy:
         first_logits = np.empty((batch, width, self.vocab), dtype=np.float32)  # (B, P, vocab)
         logits = np.empty((batch, 1, self.vocab), dtype=np.float32)  # (B, 1, vocab)
         enc = self.encode(x)
-        first_session, next_session = self._decoder_pair(batch)
-        first, io = first_session.io_binding(), next_session.io_binding()
-        for binding, tok, out, names in (
-            (first, prompt, first_logits, None),
-            (io, ids, logits, self.next_inputs),
+        decoder = self._decoder_for(batch)
+        # two bindings of the one session: the first step's (no-past branch) and the rest's
+        first, io = decoder.io_binding(), decoder.io_binding()
+        for binding, tok, out, later in (
+            (first, prompt, first_logits, False),
+            (io, ids, logits, True),
         ):
             binding.bind_ortvalue_input("input_ids", value(tok))
-            if names is None or "encoder_hidden_states" in names:
-                binding.bind_ortvalue_input("encoder_hidden_states", enc)
+            binding.bind_ortvalue_input("encoder_hidden_states", enc)
+            binding.bind_ortvalue_input("use_cache_branch", value(np.array([later])))
             binding.bind_output("logits", "cpu", 0, np.float32, list(out.shape), out.ctypes.data)
-        first.bind_ortvalue_input("use_cache_branch", value(np.array([False])))
         for i in self.past:  # (B, heads, 0, head dim): ignored by the no-past branch
             empty = np.zeros((batch, i.shape[1], 0, i.shape[3]), dtype=np.float32)
             first.bind_ortvalue_input(i.name, value(empty))
         tokens = np.full((batch, new), self.eos, dtype=np.int64)
         done = np.zeros(batch, dtype=bool)
-        session, binding, out, banned = first_session, first, first_logits, self.suppress_first
+        binding, out, banned = first, first_logits, self.suppress_first
         presents = self.presents
         for step in range(new):
             for name in presents:  # unbound: ORT allocates them at their new length
                 binding.bind_output(name, "cpu")
-            session.run_with_iobinding(binding)
+            decoder.run_with_iobinding(binding)
             last = out[:, -1]  # (B, vocab), a view: written in place
             if banned.size:
                 last[:, banned] = -np.inf
@@ -237,7 +255,7 @@ class OrtGreedy:
             for name, past in zip(presents, binding.get_outputs()[1:], strict=True):
                 io.bind_ortvalue_input(name.replace("present", "past_key_values", 1), past)
             ids[:, 0] = nxt
-            session, binding, out, banned = next_session, io, logits, self.suppress
+            binding, out, banned = io, logits, self.suppress
             presents = self.step_presents
         return tokens.tolist() if constraint is None else constraint.finish(tokens.tolist())
 
@@ -269,10 +287,9 @@ class OrtCtc:
         Raises:
             OnnxFileError: the file is missing or corrupt, or has no ctc_logits output.
         """
-        from sonfolio.export.layout import ENCODER, OnnxFileError, check_onnx
+        from sonfolio.export.layout import ENCODER, OnnxFileError
 
-        check_onnx(folder / ENCODER)  # names a missing or corrupt file (OnnxFileError)
-        encoder = session(str(folder / ENCODER), threads, spin, provider)
+        encoder = open_file(folder / ENCODER, threads, spin, provider)
         if CTC_OUTPUT not in {o.name for o in encoder.get_outputs()}:
             raise OnnxFileError(
                 f"{folder / ENCODER} has no {CTC_OUTPUT} output although config.json says the "

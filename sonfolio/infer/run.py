@@ -16,13 +16,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sonfolio import tracks
-from sonfolio.score.decode.read import Reading, SystemText, read_image
-from sonfolio.speech.decode.transcribe import ChunkText, transcribe
 from sonfolio.variants import Variant, VariantError, load
 
 if TYPE_CHECKING:
+    import numpy as np
+    from PIL import Image
+
     from sonfolio.config.infer import Infer
     from sonfolio.config.paths import Paths
+    from sonfolio.score.decode.read import Reading, SystemText  # noqa: F401 (named below)
+    from sonfolio.speech.decode.transcribe import ChunkText
 
 log = logging.getLogger(__name__)
 
@@ -71,16 +74,18 @@ def check_fit(variant: Variant, cfg: Infer) -> None:
         raise ModelUnavailable(f"{variant.folder}: {err}") from None
 
 
-# what the app runs per track (score: sonfolio.score.decode.read; speech:
-# sonfolio.speech.decode.transcribe), named here for the CLI and the service
-__all__ = [
-    "ChunkText",
-    "ModelUnavailable",
-    "Reading",
-    "SystemText",
-    "check_fit",
-    "default_model",
-    "load_model",
-    "read_image",
-    "transcribe",
-]
+# What the app runs per track (score: sonfolio.score.decode.read; speech:
+# sonfolio.speech.decode.transcribe), named here for the CLI and the service. Imported when
+# called: `sonfolio transcribe` starts without the score track's reading code (~0.2 s).
+def read_image(variant: Variant, image: Image.Image, page: bool | None, cfg: Infer) -> Reading:
+    """Every staff system of a grey image, read (sonfolio.score.decode.read.read_image)."""
+    from sonfolio.score.decode.read import read_image as read
+
+    return read(variant, image, page, cfg)
+
+
+def transcribe(variant: Variant, audio: np.ndarray, cfg: Infer) -> tuple[list[ChunkText], str]:
+    """16 kHz audio read into text (sonfolio.speech.decode.transcribe.transcribe)."""
+    from sonfolio.speech.decode.transcribe import transcribe as hear
+
+    return hear(variant, audio, cfg)

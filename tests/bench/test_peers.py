@@ -131,16 +131,21 @@ def test_count_loops_flags_text_longer_than_the_audio_allows():
 def test_ratios_to_faster_whisper_come_from_the_rows_they_name():
     from benchmarks.quant import vs_faster_whisper
 
-    def row(e2e: float, with_features: float, size: int) -> dict:
-        return {"e2e_ms_p50": e2e, "e2e_with_features_ms_p50": with_features, "bytes": size}
+    def row(e2e: float, with_features: float, size: int, rss: float = 500.0) -> dict:
+        return {
+            "e2e_ms_p50": e2e,
+            "e2e_with_features_ms_p50": with_features,
+            "bytes": size,
+            "rss_peak_mb": rss,
+        }
 
     variants = {
         "torch_fp32": row(300.0, 310.0, 4000),
         "ortloop_fp32": row(150.0, 160.0, 4000),
         "ortloop_int8_ptq": row(90.0, 100.0, 1100),
-        "ortloop_int8_qat": row(80.0, 90.0, 1000),  # the best int8 of our loop
+        "ortloop_int8_qat": row(80.0, 90.0, 1000, 180.0),  # the best int8 of our loop
         "ort_int8_ptq": row(50.0, 60.0, 1100),  # optimum's generate: not a loop row
-        "faster_whisper_finetuned": row(120.0, 120.0, 900),
+        "faster_whisper_finetuned": row(120.0, 120.0, 900, 200.0),
         "ortloop_int4_ptq": {"status": "not built: no models/x"},
     }
     got = vs_faster_whisper(variants)
@@ -149,6 +154,10 @@ def test_ratios_to_faster_whisper_come_from_the_rows_they_name():
     assert got["from"]["ours"] == "ortloop_int8_qat.e2e_with_features_ms_p50"
     assert got["from"]["faster_whisper"] == "faster_whisper_finetuned.e2e_with_features_ms_p50"
     assert got["from"]["size"] == "ortloop_int8_qat.bytes / ortloop_fp32.bytes"
+    assert got["rss_vs_faster_whisper"] == pytest.approx(180.0 / 200.0, abs=1e-4)
+    assert (
+        got["from"]["rss"] == "ortloop_int8_qat.rss_peak_mb / faster_whisper_finetuned.rss_peak_mb"
+    )
     # no faster-whisper row (the model's tokenizer is not Whisper's): nothing to compare
     del variants["faster_whisper_finetuned"]
     assert vs_faster_whisper(variants) is None

@@ -1,6 +1,8 @@
-"""The greedy loop's with-past step with its self-attention fused (sonfolio.export.decoder_step):
-the same outputs as the step as exported, one MultiHeadAttention node a layer, and no fusion
-where a block or the step's inputs are not what the fusion assumes."""
+"""The greedy loop's one decoder (sonfolio.export.decoder_step): the with-past step with its
+self-attention fused gives the same outputs as the step as exported, one MultiHeadAttention
+node a layer, and no fusion where a block or the step's inputs are not what the fusion
+assumes; the merged decoder with that step as its with-past branch gives the merged decoder's
+outputs on both branches."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import onnx
 import pytest
 from export.hub_whisper import TINY  # tests/ is on sys.path
 
-from sonfolio.export.decoder_step import fuse_self_attention
+from sonfolio.export.decoder_step import fuse_self_attention, joint_decoder
 from sonfolio.export.layout import DECODER
 from sonfolio.export.with_past import with_past_decoder
 
@@ -82,6 +84,35 @@ def test_the_fused_step_gives_the_exported_steps_outputs(request, variant, batch
         np.testing.assert_allclose(got[name], value, rtol=1e-5, atol=1e-5, err_msg=name)
 
 
+@pytest.mark.parametrize("variant", ["hub_whisper_onnx", "hub_whisper_int8"])
+def test_the_joint_decoder_gives_the_merged_decoders_outputs_on_both_branches(request, variant):
+    """The first step (no past) and a later one, FP32 and int8; what only the first step reads
+    (int8: the encoder states' quantization) runs inside its branch, not on every step."""
+    folder = request.getfixturevalue(variant)
+    merged = onnx.load(str(folder / DECODER))
+    joint = joint_decoder(onnx.load(str(folder / DECODER)))
+    onnx.checker.check_model(joint)
+    quantizes = [n.op_type for n in merged.graph.node].count("DynamicQuantizeLinear")
+    assert quantizes == (variant == "hub_whisper_int8")
+    top = [n.op_type for n in joint.graph.node]
+    assert top.count("If") == 1 and "DynamicQuantizeLinear" not in top
+    branches = {a.name: a.g for a in joint.graph.node[-1].attribute}
+    assert [n.op_type for n in branches["then_branch"].node].count("MultiHeadAttention") == 2
+    assert [i.name for i in joint.graph.input] == [i.name for i in merged.graph.input]
+    rng = np.random.default_rng(7)
+    states = rng.standard_normal((2, 50, TINY["d_model"])).astype(np.float32)  # (B, T, d)
+    for later, new, past in ((False, 3, 0), (True, 1, 5)):
+        feeds = _feeds(_step(folder), 2, new, past)
+        feeds |= {"encoder_hidden_states": states, "use_cache_branch": np.array([later])}
+        want, got = _run(merged, feeds), _run(joint, feeds)
+        assert set(got) == set(want)
+        for name, value in want.items():
+            if later:
+                np.testing.assert_allclose(got[name], value, rtol=1e-5, atol=1e-5, err_msg=name)
+            else:  # the no-past branch as exported
+                np.testing.assert_array_equal(got[name], value, err_msg=name)
+
+
 def test_a_step_fed_an_attention_mask_is_left_as_it_is(hub_whisper_onnx):
     """The fusion drops the block's mask: only right when it is the causal one, so a step
     that reads any other input (a padding mask) is not fused."""
@@ -127,43 +158,44 @@ def test_the_benchmark_compares_the_step_as_exported_with_it_fused(hub_whisper_o
     assert result["fused_ms_p50"] > 0 and result["plain_ms_p50"] > 0
 
 
-def test_the_export_writes_the_fused_step_and_opening_does_no_surgery(
+def test_the_export_writes_the_joint_decoder_and_opening_does_no_surgery(
     hub_whisper_int8, tmp_path, monkeypatch
 ):
-    """write_step stores the fused step beside optimum's files (the export stage calls it on
-    every variant); the loop opens that file as it is, and gives the tokens it gives with the
-    step cut out at opening, as a folder without the file still is."""
+    """write_fused stores the joint decoder beside optimum's files (the export stage calls it
+    on every variant); the loop opens that file as it is, and gives the tokens it gives with
+    the joint decoder built at opening, as a folder without the file still is."""
     import shutil
 
     from sonfolio import prompt
     from sonfolio.export import decoder_step
-    from sonfolio.export.layout import DECODER_STEP
+    from sonfolio.export.layout import DECODER_FUSED
     from sonfolio.infer.ortloop import OrtGreedy
 
-    stored, cut = tmp_path / "stored", tmp_path / "cut"
+    stored, built = tmp_path / "stored", tmp_path / "built"
     shutil.copytree(hub_whisper_int8, stored)
-    shutil.copytree(hub_whisper_int8, cut)
-    written = decoder_step.write_step(stored)
-    assert written == stored / DECODER_STEP
+    shutil.copytree(hub_whisper_int8, built)
+    written = decoder_step.write_fused(stored)
+    assert written == stored / DECODER_FUSED
     model = onnx.load(str(written))
-    assert [n.op_type for n in model.graph.node].count("MultiHeadAttention") == 2
+    with_past = next(a.g for a in model.graph.node[-1].attribute if a.name == "then_branch")
+    assert [n.op_type for n in with_past.node].count("MultiHeadAttention") == 2
     x = np.random.default_rng(1).standard_normal((2, 80, 100)).astype(np.float32)
     read = prompt.read(stored)
-    plain = OrtGreedy(cut, 1, 1, False, read).generate(x, 6, True)
+    plain = OrtGreedy(built, 1, 1, False, read).generate(x, 6, True)
     # no graph surgery when the file is there
-    monkeypatch.setattr(decoder_step, "step_graph", lambda *a, **k: pytest.fail("surgery"))
+    monkeypatch.setattr(decoder_step, "joint_decoder", lambda *a, **k: pytest.fail("surgery"))
     assert OrtGreedy(stored, 1, 1, False, read).generate(x, 6, True) == plain
 
 
-def test_a_damaged_step_file_is_named(hub_whisper_onnx, tmp_path):
+def test_a_damaged_fused_decoder_file_is_named(hub_whisper_onnx, tmp_path):
     import shutil
 
     from sonfolio import prompt
-    from sonfolio.export.layout import DECODER_STEP, OnnxFileError
+    from sonfolio.export.layout import DECODER_FUSED, OnnxFileError
     from sonfolio.infer.ortloop import OrtGreedy
 
     folder = tmp_path / "fp32"
     shutil.copytree(hub_whisper_onnx, folder)
-    (folder / DECODER_STEP).write_bytes(b"\x08\x07garbage")
-    with pytest.raises(OnnxFileError, match=DECODER_STEP):
+    (folder / DECODER_FUSED).write_bytes(b"\x08\x07garbage")
+    with pytest.raises(OnnxFileError, match=DECODER_FUSED):
         OrtGreedy(folder, 1, 1, False, prompt.read(folder))

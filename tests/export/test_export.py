@@ -304,11 +304,11 @@ def test_lean_greedy_loop_gives_the_tokens_of_optimum_generate(
         assert trimmed == [w[: w.index(2) + 1] if 2 in w else w for w in want]
         if forced:
             assert all(len(g) == 6 and 2 not in g for g in got)
-    # a batch at least loop.batch_threads long runs its own decoder sessions, with all the
+    # a batch at least loop.batch_threads long runs its own decoder session, with all the
     # loop's threads, and decodes the same tokens
     one_thread = loop.generate(pixels, 6, True)
     loop.threads, loop.batch_threads = 2, 2
-    assert loop._decoder_pair(2)[0] is not loop.first and loop._decoder_pair(1)[0] is loop.first
+    assert loop._decoder_for(2) is not loop.decoder and loop._decoder_for(1) is loop.decoder
     assert loop.generate(pixels, 6, True) == one_thread
 
 

@@ -92,6 +92,37 @@ def test_the_loop_gives_transformers_tokens_for_a_hub_whisper(hub_whisper, hub_w
     assert all(len(s) == NEW and EOS not in s for s in got)
 
 
+def test_one_decoder_session_runs_every_step_with_transformers_tokens(
+    hub_whisper, hub_whisper_onnx, tmp_path, monkeypatch
+):
+    """The loop holds the decoder's weights once: at batch 1 it opens the encoder and one
+    decoder session (the export's fused file, or the same graph built from the merged decoder
+    where the file is missing), and both give transformers' greedy tokens."""
+    from sonfolio.export.decoder_step import write_fused
+    from sonfolio.export.layout import DECODER_FUSED, ENCODER
+    from sonfolio.infer import ortloop
+
+    stored = shutil.copytree(hub_whisper_onnx, tmp_path / "stored")
+    write_fused(stored)
+    opened: list[str | bytes] = []
+    real = ortloop.session
+    monkeypatch.setattr(
+        ortloop, "session", lambda model, *a, **k: opened.append(model) or real(model, *a, **k)
+    )
+    for folder in (stored, hub_whisper_onnx):
+        opened.clear()
+        greedy = loop(folder, prompt.read(folder))
+        for seed in (1, 2):
+            x = features(1, seed)
+            got = [upto_eos(s) for s in greedy.generate(x, NEW, forced=False)]
+            assert got == hf_tokens(hub_whisper, x), (folder.name, seed)
+        assert len(opened) == 2 and opened[0] == str(folder / ENCODER)
+        if folder == stored:  # the export's file as it is
+            assert opened[1] == str(stored / DECODER_FUSED)
+        else:  # built from the merged decoder, handed to ORT as bytes
+            assert isinstance(opened[1], bytes)
+
+
 def test_suppression_and_the_whole_prompt_change_the_tokens(hub_whisper, hub_whisper_onnx):
     """The checks above would catch a loop that ignored suppression or fed one start token."""
     x = features(8, 4)
@@ -190,3 +221,32 @@ def test_a_config_the_loop_cannot_follow_is_named(hub_whisper, tmp_path, changes
     with pytest.raises(error, match=re.escape(match)) as info:
         prompt.read(folder)
     assert prompt.GENERATION in str(info.value)
+
+
+def test_the_written_out_generation_defaults_are_transformers_own():
+    # prompt.py reads a generation config without transformers; its table of defaults must
+    # stay what GenerationConfig() holds, or a key set to its default would be refused (or a
+    # changed default let through)
+    from transformers import GenerationConfig
+
+    theirs = {
+        k: v
+        for k, v in GenerationConfig().to_dict().items()
+        if v is not None and k != "transformers_version"
+    }
+    assert theirs == prompt.GENERATION_DEFAULTS
+
+
+def test_reading_a_prompt_imports_no_transformers(hub_whisper):
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from sonfolio import prompt; "
+        f"p = prompt.read({str(hub_whisper)!r}); print(p.ids); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    ids, heavy = out.stdout.splitlines()[-2:]
+    assert ids == str(prompt.read(hub_whisper).ids)
+    assert heavy == "[]"

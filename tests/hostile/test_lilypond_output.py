@@ -16,8 +16,8 @@ from infer_tiny import SYSTEMS, TINY_INFER, params_file, render_systems, score_m
 from sonfolio.cli import main
 from sonfolio.config.params import parse_params
 from sonfolio.infer.formats import flat_text, read_lilypond
-from sonfolio.infer.run import Reading, SystemText
 from sonfolio.score.common.page import Box
+from sonfolio.score.decode.read import Reading, SystemText
 from sonfolio.score.decode.read import problem as _problem
 from sonfolio.serve import create_app
 

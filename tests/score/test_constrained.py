@@ -585,3 +585,26 @@ def test_a_tiny_model_reads_valid_texts_through_variant_generate(tiny_models, na
     for text in carried:
         assert text == "" or canonical.is_canonical(text, time), text
         time = next_time(text, time)
+
+
+def test_ctc_logp_is_torchs_ctc_loss_negated():
+    # the search ranks readings by it without torch (the inference path imports none)
+    import torch
+
+    rng = np.random.default_rng(5)
+    for _ in range(60):
+        frames, width = int(rng.integers(1, 30)), 6
+        logp = torch.randn(frames, width, generator=torch.Generator().manual_seed(frames))
+        logp = logp.log_softmax(-1).numpy()
+        ids = [int(i) for i in rng.integers(1, width, size=int(rng.integers(1, 12)))]
+        loss = torch.nn.functional.ctc_loss(
+            torch.from_numpy(logp)[:, None, :],
+            torch.tensor([ids]),
+            torch.tensor([frames]),
+            torch.tensor([len(ids)]),
+            blank=0,
+            reduction="sum",
+        )
+        ours = constrained.ctc_logp(logp, ids, 0)
+        assert ours == pytest.approx(-float(loss), abs=1e-3) or ours == -float(loss) == -np.inf
+    assert constrained.ctc_logp(logp, [], 0) == pytest.approx(float(logp[:, 0].sum()))

@@ -327,7 +327,7 @@ def musicxml_bytes(score: stream.Score) -> bytes:
 def reading_musicxml(results: Sequence[tuple[str, Any]]) -> tuple[bytes, list[str]]:
     """The MusicXML of the readings of one or more images (one part, in order), and a line
     for each system left out because its text is not canonical. A reading is
-    sonfolio.infer.run.Reading: its `systems` have `index`, `text` and `problem`."""
+    sonfolio.score.decode.read.Reading: its `systems` have `index`, `text` and `problem`."""
     systems: list[tuple[str | None, str | None]] = []
     left_out: list[str] = []
     for name, reading in results:

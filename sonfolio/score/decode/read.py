@@ -12,14 +12,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 from PIL import Image
 
 from sonfolio.parallel import slices
 from sonfolio.score.common.canonical import CanonicalError, validate
 from sonfolio.score.common.page import Box, deskew, find_staves, split_page
+from sonfolio.score.common.pixels import load_image, pixel_array
 from sonfolio.score.decode.vocab import Carry, next_time
-from sonfolio.score.model.batches import load_image, to_pixel_values
 
 if TYPE_CHECKING:
     from sonfolio.config.infer import Infer
@@ -79,10 +78,11 @@ def system_boxes(
     return level, split_page(gray, cfg.page), angle
 
 
-def pixel_values(images: Sequence[Image.Image], processor: Any) -> torch.Tensor:
-    """Grey system images -> (B, 1, H, W) model input, as the training images were made.
+def pixel_values(images: Sequence[Image.Image], processor: Any) -> np.ndarray:
+    """Grey system images -> (B, 1, H, W) float32 model input, as the training images were made.
 
-    `processor` is the model's ViTImageProcessor: its size is the canvas (height, width)."""
+    `processor` is the variant's canvas (sonfolio.score.common.pixels.Canvas, or transformers'
+    ViTImageProcessor): its size is (height, width)."""
     height, width = processor.size["height"], processor.size["width"]
     arrays = []
     for img in images:
@@ -95,7 +95,7 @@ def pixel_values(images: Sequence[Image.Image], processor: Any) -> torch.Tensor:
         img.save(buf, format="PNG")  # lossless, as the stored training images
         buf.seek(0)
         arrays.append(load_image(buf, height, width))  # PIL opens a file object as a path
-    return to_pixel_values(np.stack(arrays))
+    return pixel_array(np.stack(arrays))
 
 
 def problem(text: str, time: str | None = None) -> str | None:

@@ -244,21 +244,27 @@ def _search(
 
 def ctc_logp(logp: np.ndarray, ids: Sequence[int], blank: int) -> float:
     """log P(ids | frames) under CTC (every alignment summed), from (T, V) log-probabilities;
-    -inf where the frames cannot hold the ids."""
-    import torch  # here: the grammar and the search need no torch (importing this module
-    # stays light for the data stage, which validates texts with it)
+    -inf where the frames cannot hold the ids.
 
+    The CTC forward recursion (Graves et al. 2006) in numpy, float64: the value torch's
+    `ctc_loss(reduction="sum")` negates (tests/score/test_search.py compares them). Our own
+    because the inference path imports no torch (~300 MB resident for one number a system)."""
+    frames = np.asarray(logp, dtype=np.float64)
     if not ids:
-        return float(logp[:, blank].sum())
-    loss = torch.nn.functional.ctc_loss(
-        torch.from_numpy(np.ascontiguousarray(logp))[:, None, :],
-        torch.tensor([list(ids)]),
-        torch.tensor([logp.shape[0]]),
-        torch.tensor([len(ids)]),
-        blank=blank,
-        reduction="sum",
-    )
-    return -float(loss)
+        return float(frames[:, blank].sum())
+    labels = np.full(2 * len(ids) + 1, blank, dtype=np.intp)  # blank, id, blank, id, ..., blank
+    labels[1::2] = ids
+    # a label may follow the one two back (skipping a blank) unless both are the same id
+    skip = np.zeros(labels.size, dtype=bool)
+    skip[3::2] = labels[3::2] != labels[1:-2:2]
+    alpha = np.full(labels.size, -np.inf)
+    alpha[:2] = frames[0, labels[:2]]
+    for frame in frames[1:]:
+        prev = alpha
+        step = np.logaddexp(prev, np.concatenate(([-np.inf], prev[:-1])))
+        step[skip] = np.logaddexp(step[skip], prev[np.flatnonzero(skip) - 2])
+        alpha = step + frame[labels]
+    return float(np.logaddexp(alpha[-1], alpha[-2]))
 
 
 def _beam(logp: np.ndarray, vocab: Vocab, rules: _Rules, stats: Counter) -> list[int]:

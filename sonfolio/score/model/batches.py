@@ -1,9 +1,5 @@
-"""Score systems as model inputs: each image padded to one fixed (height, width), ink = 1.
-
-A ViT encoder has one position embedding per patch, so every image must have the same shape.
-Systems are ~640 px wide and 50-300 px tall: each is scaled down only if it does not fit, then
-placed at the left, centred vertically, on a blank (0) canvas. Pixels are inverted (ink 1,
-paper 0) so that the padding is blank paper.
+"""Score systems as training batches: each image padded to one fixed (height, width), ink = 1
+(sonfolio.score.common.pixels, which the inference path uses without torch).
 
 Labels and batches as every track's (sonfolio.train.samples): ids without the leading <s>,
 ending in </s>, padded with -100.
@@ -17,37 +13,19 @@ from typing import Any
 
 import numpy as np
 import torch
-from PIL import Image, UnidentifiedImageError
+from PIL import UnidentifiedImageError
 from transformers import PreTrainedTokenizerBase, ViTImageProcessor
 
+from sonfolio.score.common.pixels import load_image, pixel_array
 from sonfolio.train import samples
 from sonfolio.train.samples import LabelledRows
 
 log = logging.getLogger(__name__)
 
 
-def load_image(path: Path, height: int, width: int) -> np.ndarray:
-    """(height, width) uint8, ink = 255, padded with 0.
-
-    Raises:
-        OSError, UnidentifiedImageError, ValueError: unreadable or truncated file.
-    """
-    with Image.open(path) as img:
-        img = img.convert("L")
-        scale = min(1.0, height / img.height, width / img.width)
-        if scale < 1.0:
-            size = (max(1, round(img.width * scale)), max(1, round(img.height * scale)))
-            img = img.resize(size, Image.Resampling.BILINEAR)
-        pixels = 255 - np.asarray(img, dtype=np.uint8)
-    canvas = np.zeros((height, width), dtype=np.uint8)
-    top = (height - pixels.shape[0]) // 2
-    canvas[top : top + pixels.shape[0], : pixels.shape[1]] = pixels
-    return canvas
-
-
 def to_pixel_values(images: np.ndarray) -> torch.Tensor:
-    """(B, H, W) uint8 -> (B, 1, H, W) float in [0, 1]."""
-    return torch.from_numpy(images).unsqueeze(1).float().div_(255.0)
+    """(B, H, W) uint8 -> (B, 1, H, W) float in [0, 1], a torch tensor (training, the eval)."""
+    return torch.from_numpy(pixel_array(images))
 
 
 def image_processor(height: int, width: int) -> ViTImageProcessor:

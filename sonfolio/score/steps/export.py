@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 
@@ -19,6 +20,12 @@ class ScoreExportFace:
 
         if onnx:
             conv_encoder.register_onnx()
+
+    def processor(self, folder: Path) -> Any:
+        """The canvas a system image is fitted to (sonfolio.score.common.pixels.Canvas)."""
+        from sonfolio.score.common.pixels import Canvas
+
+        return Canvas.from_folder(folder)
 
     def torch_model_class(self) -> type:
         """The transformers class of a saved PyTorch folder (FP32 or QAT-trained)."""

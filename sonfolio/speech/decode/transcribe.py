@@ -51,7 +51,7 @@ def read_pieces(variant: Variant, pieces: list[np.ndarray], cfg: Infer) -> list[
     call, its decoding loops kept once (`infer.audio.max_repeats`)."""
     said: list[str] = []
     for part in slices(len(pieces), cfg.batch_size):
-        feats = variant.processor(pieces[part], sampling_rate=SAMPLE_RATE, return_tensors="pt")
+        feats = variant.processor(pieces[part], sampling_rate=SAMPLE_RATE, return_tensors="np")
         texts = variant.generate(feats["input_features"], cfg.speech_max_tokens)
         said += [trim_repeats(t.strip(), cfg.audio.max_repeats) for t in texts]
     return said

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import jiwer
-import torch
+import numpy as np
 
 from sonfolio.evaluation import Decoded
 from sonfolio.io import write_json, write_jsonl
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from sonfolio.config.eval import SpeechEval
 
 
-def inputs(variant: Any, rows: list[dict], data: Path) -> torch.Tensor:
+def inputs(variant: Any, rows: list[dict], data: Path) -> np.ndarray:
     """(B, mel bins, frames of the model's window) log-mel features of `rows`' clips: what the
     model was trained on, made by the variant's feature extractor.
 
@@ -35,7 +35,7 @@ def inputs(variant: Any, rows: list[dict], data: Path) -> torch.Tensor:
             `dvc repro data@speech`).
     """
     audio = [decode(data / r["audio"]) for r in rows]
-    feats = variant.processor(audio, sampling_rate=SAMPLE_RATE, return_tensors="pt")
+    feats = variant.processor(audio, sampling_rate=SAMPLE_RATE, return_tensors="np")
     return feats["input_features"]
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 
@@ -13,6 +14,12 @@ class SpeechExportFace:
 
     def register_classes(self, onnx: bool = False) -> None:
         """Nothing to register: Whisper is transformers' and optimum's own."""
+
+    def processor(self, folder: Path) -> Any:
+        """Whisper's log-mel features in numpy (sonfolio.speech.common.logmel.LogMel)."""
+        from sonfolio.speech.common.logmel import LogMel
+
+        return LogMel.from_folder(folder)
 
     def torch_model_class(self) -> type:
         """The transformers class of a saved PyTorch folder (FP32 or QAT-trained)."""
