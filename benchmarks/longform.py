@@ -51,13 +51,6 @@ PAUSE_S = 0.7
 ENGINES = ("sonfolio", "faster_whisper", "faster_whisper_batched")
 
 
-def _peak_rss_mb() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 # ------------------------------------------------------------------- the child processes
 
 
@@ -97,7 +90,7 @@ def child(engine: str, audio: Path, model: Path, out: Path, args: argparse.Names
             pipeline = BatchedInferencePipeline(model=whisper)
             segments, _ = pipeline.transcribe(str(audio), **common, batch_size=args.batch_size)
         text = " ".join(s.text.strip() for s in segments)
-    out.write_text(json.dumps({"text": text, "peak_rss_mb": _peak_rss_mb()}), encoding="utf-8")
+    out.write_text(json.dumps({"text": text, "peak_rss_mb": cpu.peak_rss_mb()}), encoding="utf-8")
 
 
 def run_child(engine: str, audio: Path, model: Path, work: Path, args: argparse.Namespace) -> dict:

@@ -19,6 +19,7 @@ import functools
 import os
 import platform
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -158,3 +159,20 @@ def run_conditions(load_before: list[float]) -> dict[str, Any]:
         "load_average_before": load_before,
         "load_average_after": load_average(),
     }
+
+
+def peak_rss_mb() -> float:
+    """Peak RSS of this process's address space, MiB.
+
+    /proc's VmHWM, not getrusage's ru_maxrss: Linux carries ru_maxrss over across execve, so
+    a worker started by a parent holding 400 MB of torch would report at least that.
+    """
+    status = Path("/proc/self/status")
+    if status.is_file():
+        for line in status.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024  # kB
+    import resource  # POSIX only: imported where /proc is absent
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # no /proc: macOS, in bytes
+    return peak / (1024 * 1024 if sys.platform == "darwin" else 1024)

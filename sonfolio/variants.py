@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -41,6 +40,7 @@ from sonfolio.ctc_format import decodes_with_ctc
 from sonfolio.export.layout import ENCODER
 from sonfolio.infer.ortloop import OrtGreedy
 from sonfolio.model_folder import FolderError, FolderTokenizer, read_config
+from sonfolio.parallel import worker_count
 from sonfolio.variant_backends import DECODERS, TORCH_WEIGHTS, VariantError
 
 __all__ = ["TORCH_WEIGHTS", "Variant", "VariantError", "decoder_positions", "discover", "load"]
@@ -358,7 +358,7 @@ def _greedy_loop(folder: Path, provider: str, threads: int | None) -> Any:
         raise VariantError(str(err)) from err
     backends.onnx_files(folder)  # names a missing file as optimum would
     try:
-        return OrtGreedy(folder, threads or _cores(), 1, True, decoder_prompt)
+        return OrtGreedy(folder, threads or worker_count(0), 1, True, decoder_prompt)
     except (OnnxFileError, ValueError) as err:
         raise VariantError(str(err)) from err
 
@@ -370,7 +370,7 @@ def _ctc_loop(folder: Path, provider: str, threads: int | None, blank: int) -> A
 
     backends.onnx_files(folder)  # names a missing file as optimum would
     try:
-        return OrtCtc.open(folder, threads or _cores(), True, blank, provider)
+        return OrtCtc.open(folder, threads or worker_count(0), True, blank, provider)
     except OnnxFileError as err:
         raise VariantError(str(err)) from err
 
@@ -406,15 +406,6 @@ def _track(folder: Path) -> str:
             "(vision-encoder-decoder) nor a speech model (whisper)"
         )
     return TRACKS[model_type]
-
-
-def _cores() -> int:
-    """The ORT loops' default threads: the cores this process may run on (torch's default
-    too, without importing it)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 def _preprocessing(folder: Path, track: str) -> tuple[FolderTokenizer, Any]:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -34,22 +33,7 @@ from sonfolio.bench.loop_runtime import loop_runtime
 from sonfolio.bench.ort_runtime import OrtRuntime
 from sonfolio.bench.peer import Ct2Runtime, FasterWhisperRuntime
 from sonfolio.bench.torch_runtime import TorchRuntime
-
-
-def _rss_mb() -> float:
-    """Peak RSS of this process's address space, MiB.
-
-    /proc's VmHWM, not getrusage's ru_maxrss: Linux carries ru_maxrss over across execve, so
-    a worker started by a parent holding 400 MB of torch would report at least that.
-    """
-    status = Path("/proc/self/status")
-    if status.is_file():
-        for line in status.read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024  # kB
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # no /proc: macOS, in bytes
-    return peak / (1024 * 1024 if sys.platform == "darwin" else 1024)
-
+from sonfolio.cpu import peak_rss_mb
 
 RUNTIMES = {
     "torch": TorchRuntime,
@@ -88,7 +72,7 @@ def measure(spec: Spec) -> dict[str, Any]:
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(spec.threads)
     audio = _audio(spec.audio)
-    rss_imports = _rss_mb()
+    rss_imports = peak_rss_mb()
     runner = open_runtime(spec)
     takes_audio = getattr(runner, "takes_audio", False)
     inputs: Any = audio if takes_audio else np.load(spec.inputs)
@@ -122,7 +106,7 @@ def measure(spec: Spec) -> dict[str, Any]:
         "e2e_ms": e2e,
         "tokens_out": new_tokens,
         "batch_seconds": batch_s,
-        "rss_peak_mb": _rss_mb(),
+        "rss_peak_mb": peak_rss_mb(),
         "rss_imports_mb": rss_imports,
         "outputs": outputs,
         "input": "audio" if takes_audio else "features",
