@@ -74,6 +74,7 @@ def targets(variants: dict[str, Any], onnx_ratio: float | None) -> dict[str, Any
 
 LOOP_INT8 = ("ortloop_int8_ptq", "ortloop_int8_qat")  # our int8 rows through the greedy loop
 FASTER_WHISPER = "faster_whisper_finetuned"
+_BATCH1 = "rss_peak_batch1_mb"
 
 
 def vs_faster_whisper(variants: dict[str, Any]) -> dict[str, Any] | None:
@@ -91,13 +92,22 @@ def vs_faster_whisper(variants: dict[str, Any]) -> dict[str, Any] | None:
     return {
         "latency_vs_faster_whisper": round(variants[best][key] / fw[key], 4),
         "size_ratio": round(variants[best]["bytes"] / variants[fp32]["bytes"], 4),
-        # each row's worker process's peak resident memory (VmHWM), imports included
-        "rss_vs_faster_whisper": round(variants[best]["rss_peak_mb"] / fw["rss_peak_mb"], 4),
+        # each row's worker process's peak resident memory (VmHWM), imports included, before
+        # the batch phase: faster-whisper's transcribe takes one clip (its "batch" runs them one
+        # after another), so this is where both have done the same work; at_batch: the whole
+        # run's peak, ours holding a batch's encoder states and cross-attention cache at once
+        "rss_vs_faster_whisper": round(
+            variants[best][_BATCH1] / fw.get(_BATCH1, fw["rss_peak_mb"]), 4
+        ),
+        "rss_vs_faster_whisper_at_batch": round(
+            variants[best]["rss_peak_mb"] / fw["rss_peak_mb"], 4
+        ),
         "from": {
             "ours": f"{best}.{key}",
             "faster_whisper": f"{FASTER_WHISPER}.{key}",
             "size": f"{best}.bytes / {fp32}.bytes",
-            "rss": f"{best}.rss_peak_mb / {FASTER_WHISPER}.rss_peak_mb",
+            "rss": f"{best}.{_BATCH1} / {FASTER_WHISPER}.{_BATCH1}",
+            "rss_at_batch": f"{best}.rss_peak_mb / {FASTER_WHISPER}.rss_peak_mb",
             "note": "best (lowest) e2e of the int8 rows through our greedy loop "
             f"({', '.join(LOOP_INT8)}); faster-whisper's e2e includes its feature extraction, "
             "ours adds our numpy log-mel features' per clip (e2e_with_features)",
@@ -141,7 +151,7 @@ def table(result: dict[str, Any]) -> Table:
         "e2e ms (+feat)",
         "speedup",
         "vs CT2",
-        "RSS MB",
+        "RSS MB (b1)",
         "quality",
         "gate",
     ):
@@ -165,7 +175,7 @@ def table(result: dict[str, Any]) -> Table:
                 f"{v.get('e2e_with_features_ms_p50', v['e2e_ms_p50']):.1f}",
                 f"{v['speedup_vs_torch_fp32']:.2f}",
                 f"{v['latency_vs_ctranslate2']:.2f}" if "latency_vs_ctranslate2" in v else "",
-                f"{v['rss_peak_mb']:.0f}",
+                f"{v['rss_peak_mb']:.0f} ({v.get('rss_peak_batch1_mb', 0):.0f})",
                 quality,
                 v["status"],
             )
@@ -189,7 +199,9 @@ def main() -> None:
             screen.print(
                 f"{track} vs faster-whisper (same weights): latency "
                 f"{data['latency_vs_faster_whisper']:.2f}x, peak RSS "
-                f"{data['rss_vs_faster_whisper']:.2f}x, size {data['size_ratio']:.2f}x "
+                f"{data['rss_vs_faster_whisper']:.2f}x clip by clip "
+                f"({data['rss_vs_faster_whisper_at_batch']:.2f}x with our batch phase), "
+                f"size {data['size_ratio']:.2f}x "
                 f"of ONNX FP32; from {data['from']}"
             )
     screen.print(f"written: {RESULTS}")

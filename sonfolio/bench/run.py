@@ -55,6 +55,8 @@ def summarize(
             n / statistics.median(r["batch_seconds"] for r in runs), 2
         ),
         "rss_peak_mb": round(statistics.median(r["rss_peak_mb"] for r in runs), 1),
+        # the peak before the batch phase: opening, warm-up and batch-1 decodes only
+        "rss_peak_batch1_mb": round(statistics.median(r["rss_batch1_mb"] for r in runs), 1),
         "rss_over_imports_mb": round(
             statistics.median(r["rss_peak_mb"] - r["rss_imports_mb"] for r in runs), 1
         ),

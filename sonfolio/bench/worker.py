@@ -93,6 +93,7 @@ def measure(spec: Spec) -> dict[str, Any]:
         ids = runner.generate(x, steps, forced=True)
         e2e.append((time.perf_counter() - start) * 1e3)
         new_tokens.append(len(ids[0]) - _echoed(ids[0], spec.prompt))
+    rss_batch1 = peak_rss_mb()  # one clip at a time so far, as faster-whisper always runs
     start = time.perf_counter()
     for b in range(0, n, spec.batch_size):
         runner.generate(inputs[b : b + spec.batch_size], steps, forced=True)
@@ -107,6 +108,7 @@ def measure(spec: Spec) -> dict[str, Any]:
         "tokens_out": new_tokens,
         "batch_seconds": batch_s,
         "rss_peak_mb": peak_rss_mb(),
+        "rss_batch1_mb": rss_batch1,
         "rss_imports_mb": rss_imports,
         "outputs": outputs,
         "input": "audio" if takes_audio else "features",

@@ -118,6 +118,8 @@ class OrtGreedy:
     batch_threads = 32
     # the with-past branch's self-attention fused (benchmarks.decoder_step compares without)
     fuse_attention = True
+    # samples a batch's encoder run takes at once (0: the whole batch; `encode`)
+    encode_group = 1
 
     def __init__(
         self, folder: Path, threads: int, decoder_threads: int, spin: bool, prompt: DecoderPrompt
@@ -190,12 +192,33 @@ class OrtGreedy:
         return session(model, threads, self.spin)
 
     def encode(self, x: np.ndarray) -> Any:
-        """Encoder hidden states as an OrtValue, (B, encoder positions, d_model)."""
+        """Encoder hidden states as an OrtValue, (B, encoder positions, d_model).
+
+        A batch larger than `encode_group` runs through the encoder `encode_group` samples at
+        a time, each group's states written into one (B, ...) array: the encoder's activations
+        are then a group's, not the batch's (whisper-base int8, 8 clips of 8 s: +104 MB peak
+        at once, +0 in groups of 1; docs/export.md)."""
+        x = np.ascontiguousarray(x)
+        name = self.enc.get_outputs()[0].name
+        step = self.encode_group or len(x)
         io = self.enc.io_binding()
-        io.bind_cpu_input(self.enc_input, np.ascontiguousarray(x))
-        io.bind_output(self.enc.get_outputs()[0].name, "cpu")
+        io.bind_cpu_input(self.enc_input, x[:step])
+        io.bind_output(name, "cpu")
         self.enc.run_with_iobinding(io)
-        return io.get_outputs()[0]
+        first = io.get_outputs()[0]
+        if step >= len(x):
+            return first
+        head = first.numpy()
+        states = np.empty((len(x), *head.shape[1:]), dtype=head.dtype)
+        states[:step] = head
+        del first, head, io
+        for start in range(step, len(x), step):
+            part = states[start : start + step]  # contiguous rows: ORT writes them in place
+            io = self.enc.io_binding()
+            io.bind_cpu_input(self.enc_input, x[start : start + step])
+            io.bind_output(name, "cpu", 0, part.dtype, list(part.shape), part.ctypes.data)
+            self.enc.run_with_iobinding(io)
+        return self.ort.OrtValue.ortvalue_from_numpy(states)  # shares `states`, keeps it alive
 
     def generate(
         self,

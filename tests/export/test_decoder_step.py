@@ -199,3 +199,22 @@ def test_a_damaged_fused_decoder_file_is_named(hub_whisper_onnx, tmp_path):
     (folder / DECODER_FUSED).write_bytes(b"\x08\x07garbage")
     with pytest.raises(OnnxFileError, match=DECODER_FUSED):
         OrtGreedy(folder, 1, 1, False, prompt.read(folder))
+
+
+@pytest.mark.parametrize("group", [1, 2])
+def test_a_batch_encoded_in_groups_gives_each_groups_own_states(hub_whisper_int8, group):
+    """OrtGreedy.encode runs a batch `encode_group` samples at a time (the last group short)
+    into one array: each group's states as the encoder gives them for that group alone (int8
+    quantizes activations per tensor, so in groups of 1 a sample reads as it does alone)."""
+    from sonfolio import prompt
+    from sonfolio.infer.ortloop import OrtGreedy
+
+    x = np.random.default_rng(2).standard_normal((5, 80, 100)).astype(np.float32)
+    loop = OrtGreedy(hub_whisper_int8, 1, 1, False, prompt.read(hub_whisper_int8))
+    loop.encode_group = 0
+    alone = np.concatenate([loop.encode(x[i : i + group]).numpy() for i in range(0, 5, group)])
+    loop.encode_group = group
+    grouped = loop.encode(x)
+    assert grouped.shape() == list(alone.shape)
+    np.testing.assert_array_equal(grouped.numpy(), alone)
+    assert len(loop.generate(x, 6, True)) == 5
