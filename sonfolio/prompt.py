@@ -156,13 +156,12 @@ def read(folder: Path) -> DecoderPrompt:
 
 
 def _json(path: Path) -> dict[str, Any]:
+    from sonfolio.model_folder import FolderError, read_json
+
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as err:
-        raise PromptError(f"{path} is unreadable ({err}): re-save the model") from err
-    if not isinstance(data, dict):
-        raise PromptError(f"{path} holds no JSON object: re-save the model")
-    return data
+        return read_json(path)
+    except FolderError as err:
+        raise PromptError(str(err)) from err
 
 
 def _check_supported(gen: dict[str, Any], whisper: bool, path: Path) -> None:
