@@ -162,6 +162,26 @@ def _limit_memory(memory_mb: float | None) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
+def near_memory_limit(margin: float = 0.1) -> bool:
+    """Whether this process's address space is within `margin` (a fraction of the limit) of
+    its soft RLIMIT_AS (a worker under `_limit_memory`); False with no limit.
+
+    An allocation refused by the limit does not always surface as MemoryError: a C
+    extension's own error or a thread that cannot get its stack raise something else (a
+    fresh clone's test saw a parse past parse_memory_mb counted unparsable on a loaded
+    machine). An error raised this close to the limit is one of those."""
+    if not _can_limit_memory():
+        return False
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY:
+        return False
+    with open("/proc/self/statm", encoding="ascii") as f:  # size in pages, first field
+        size = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    return size >= soft * (1 - margin)
+
+
 @dataclass
 class _Worker(Generic[T]):
     process: Any  # multiprocessing's fork-context Process

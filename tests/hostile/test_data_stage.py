@@ -397,3 +397,35 @@ def test_a_stopped_stage_leaves_no_worker_and_no_staged_folder(tmp_path, how):
         with staged_dir(tmp_path / "out") as staged:
             (staged / "rows.jsonl").write_text("")
     assert not list(tmp_path.glob(".out.tmp-*"))
+
+
+def test_an_error_raised_at_the_memory_limit_counts_as_memory_not_unparsable(monkeypatch):
+    """Past RLIMIT_AS an allocation can fail under another name (a C extension's error, a
+    thread without its stack): a parse that fails that close to the limit is a MemoryError
+    (its worker then counts the piece too_large); the same error elsewhere names the file."""
+    from sonfolio.score.data import parse
+
+    def fails() -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(parse, "near_memory_limit", lambda: True)
+    with pytest.raises(MemoryError, match="RuntimeError at the memory limit"):
+        parse._parse(Path("mine/big.krn"), fails)
+    monkeypatch.setattr(parse, "near_memory_limit", lambda: False)
+    with pytest.raises(parse.SourceError, match="unparsable"):
+        parse._parse(Path("mine/big.krn"), fails)
+
+
+@pytest.mark.parametrize(("room_mb", "near"), [(1, True), (100_000, False)])
+def test_near_memory_limit_reads_this_process_limit(room_mb, near):
+    """A soft RLIMIT_AS just above the process's size is near; one far above is not."""
+    code = (
+        "import os, resource\n"
+        "from sonfolio.parallel import near_memory_limit\n"
+        "size = int(open('/proc/self/statm').read().split()[0]) * os.sysconf('SC_PAGE_SIZE')\n"
+        f"resource.setrlimit(resource.RLIMIT_AS, (size + {room_mb} * 2**20, "
+        "resource.getrlimit(resource.RLIMIT_AS)[1]))\n"
+        "print(near_memory_limit())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == str(near)

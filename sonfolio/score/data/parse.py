@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from music21 import articulations, converter, expressions, stream
 
+from sonfolio.parallel import near_memory_limit
 from sonfolio.score.data.archives import MB, UnsafeArchive, check_mxl, mxl_caps
 
 if TYPE_CHECKING:
@@ -232,6 +233,8 @@ def _parse(where: Path | str, parse: Callable[[], stream.Stream]) -> stream.Stre
     except MemoryError:  # past parse_memory_mb: its worker reports it (too_large), not here
         raise
     except Exception as exc:  # music21 raises many unrelated types on bad input
+        if near_memory_limit():  # the limit refused an allocation under another name
+            raise MemoryError(f"{where}: {type(exc).__name__} at the memory limit") from exc
         raise SourceError(where, "unparsable", f"{type(exc).__name__}: {exc}") from exc
 
 
