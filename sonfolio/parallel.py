@@ -146,6 +146,12 @@ def _can_limit_memory() -> bool:
     return sys.platform == "linux"
 
 
+def _address_space() -> int:
+    """This process's address space, bytes (Linux's /proc/self/statm: pages, first field)."""
+    with open("/proc/self/statm", encoding="ascii") as f:
+        return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+
+
 def _limit_memory(memory_mb: float | None) -> None:
     """In a worker: let it grow by `memory_mb` of address space past its size now (what the
     fork gave it: the stage's imports), never past the hard limit it inherited."""
@@ -153,8 +159,7 @@ def _limit_memory(memory_mb: float | None) -> None:
         return
     import resource
 
-    with open("/proc/self/statm", encoding="ascii") as f:  # size in pages, first field
-        size = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    size = _address_space()
     _, hard = resource.getrlimit(resource.RLIMIT_AS)
     soft = size + int(memory_mb * _MB)
     if hard != resource.RLIM_INFINITY:
@@ -177,9 +182,7 @@ def near_memory_limit(margin: float = 0.1) -> bool:
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)
     if soft == resource.RLIM_INFINITY:
         return False
-    with open("/proc/self/statm", encoding="ascii") as f:  # size in pages, first field
-        size = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-    return size >= soft * (1 - margin)
+    return _address_space() >= soft * (1 - margin)
 
 
 @dataclass
