@@ -9,10 +9,9 @@ import shutil
 from pathlib import Path
 
 import torch
-from infer_tiny import tiny_score  # tests/ is on sys.path
+from infer_tiny import TINY_SPEECH, tiny_score  # tests/ is on sys.path
 
 from sonfolio.config.params import Params
-from sonfolio.config.train import SpeechModel
 from sonfolio.score.model.batches import image_processor
 from sonfolio.score.model.model import build as build_score
 from sonfolio.speech.model.model import build as build_speech
@@ -83,7 +82,7 @@ def save_speech(
         params.speech_tokenizer.model_copy(update={"chunk_length_s": window_s, "base_model": None})
     )
     model = build_speech(
-        SpeechModel(base_model=None, size="tiny", language=None, frozen_encoder_layers=0),
+        TINY_SPEECH,
         tok,
         feats,
     )

@@ -28,6 +28,11 @@ from sonfolio.speech.model.model import build as build_speech
 from sonfolio.speech.model.processor import build_feature_extractor
 from sonfolio.tokenizer import train_bpe
 
+# the from-scratch tiny Whisper (no base: nothing frozen)
+TINY_SPEECH = SpeechModel(
+    base_model=None, size="tiny", language=None, frozen_encoder_layers=0, frozen_decoder_layers=0
+)
+
 ROOT = Path(__file__).resolve().parents[1]
 SCORE_SHAPE = (32, 128)  # (height, width) px of the tiny score model's canvas
 SPEECH_WINDOW_S = 2  # the tiny speech model's window, seconds
@@ -70,7 +75,7 @@ def speech_model(folder: Path, params: Params) -> Path:
         )
     )
     model = build_speech(
-        SpeechModel(base_model=None, size="tiny", language=None, frozen_encoder_layers=0),
+        TINY_SPEECH,
         tok,
         features,
     )

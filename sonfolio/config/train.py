@@ -161,6 +161,8 @@ class SpeechModel(Strict):
     language: str | None  # Whisper language token for a base model (e.g. fr); null: none
     frozen_encoder_layers: Annotated[int, Field(ge=0)]  # a base's lowest encoder blocks (and
     # its convolutions, when > 0) left as they are while the rest trains
+    frozen_decoder_layers: Annotated[int, Field(ge=0)]  # a base's lowest decoder blocks (and
+    # its token embeddings, tied with the output projection, when > 0) left as they are
 
 
 class SpeechTrain(TrainLoop):

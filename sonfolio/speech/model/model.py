@@ -54,7 +54,7 @@ def build(
 ) -> WhisperForConditionalGeneration:
     if cfg.base_model:
         model = load_base(cfg.base_model, tokenizer, features, cfg.language)
-        freeze_encoder(model, cfg.frozen_encoder_layers)
+        freeze(model, cfg)
         return model
     s = SIZES[cfg.size]
     # the text's sizes from the tokenizer, the audio's from the feature extractor, the rest from
@@ -141,22 +141,42 @@ def cut_window(model: WhisperForConditionalGeneration, positions: int) -> None:
 def freeze_encoder(model: WhisperForConditionalGeneration, layers: int) -> None:
     """Leave the convolutions, positions and the lowest `layers` encoder blocks as they are
     (no gradients: their backward pass is skipped, the largest cost of a step on a CPU)."""
+    _freeze(model, "encoder", layers)
+
+
+def freeze_decoder(model: WhisperForConditionalGeneration, layers: int) -> None:
+    """Leave the token embeddings (tied with the output projection), positions and the lowest
+    `layers` decoder blocks as they are: the base's language model kept, the rest adapting."""
+    _freeze(model, "decoder", layers)
+
+
+def freeze(model: WhisperForConditionalGeneration, cfg: SpeechModel) -> None:
+    freeze_encoder(model, cfg.frozen_encoder_layers)
+    freeze_decoder(model, cfg.frozen_decoder_layers)
+
+
+def _freeze(model: WhisperForConditionalGeneration, stack: str, layers: int) -> None:
     if layers <= 0:
         return
-    encoder = model.model.encoder
-    blocks = list(encoder.layers)
+    part_of = getattr(model.model, stack)
+    blocks = list(part_of.layers)
     if layers > len(blocks):
         raise ValueError(
-            f"speech_train.model.frozen_encoder_layers = {layers}: the encoder has "
+            f"speech_train.model.frozen_{stack}_layers = {layers}: the {stack} has "
             f"{len(blocks)} blocks"
         )
-    for part in (encoder.conv1, encoder.conv2, encoder.embed_positions, *blocks[:layers]):
+    if stack == "encoder":
+        stem = [part_of.conv1, part_of.conv2, part_of.embed_positions]
+    else:
+        stem = [part_of.embed_tokens, part_of.embed_positions]
+    for part in (*stem, *blocks[:layers]):
         part.requires_grad_(False)
     if layers == len(blocks):
-        encoder.layer_norm.requires_grad_(False)
+        part_of.layer_norm.requires_grad_(False)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     log.info(
-        "encoder: %d of %d blocks frozen; %.1f M parameters train",
+        "%s: %d of %d blocks frozen; %.1f M parameters train",
+        stack,
         layers,
         len(blocks),
         trainable / 1e6,

@@ -18,7 +18,7 @@ from transformers import AutoFeatureExtractor, AutoTokenizer, WhisperForConditio
 from sonfolio.evaluation import char_error_rate, examples, most_common, word_error_rate
 from sonfolio.speech.common.normalize import normalize
 from sonfolio.speech.model.batches import SpeechClips, collate
-from sonfolio.speech.model.model import attention_kernels, build, check_size, freeze_encoder
+from sonfolio.speech.model.model import attention_kernels, build, check_size, freeze
 from sonfolio.train.device import Backend
 from sonfolio.train.setup import Reading, Setup, Training, read_splits
 
@@ -64,7 +64,7 @@ class SpeechTraining(Training):
         if model is None:
             model = build(self.cfg.model, tok, features)
         elif self.cfg.model.base_model:  # QAT trains what fine-tuning trained, no more
-            freeze_encoder(model, self.cfg.model.frozen_encoder_layers)
+            freeze(model, self.cfg.model)
         start = model.config.decoder_start_token_id
         max_tokens = model.config.max_target_positions
         reading = Reading(
