@@ -295,11 +295,15 @@ def test_lean_greedy_loop_gives_the_tokens_of_optimum_generate(
 ):
     from sonfolio.bench.loop_runtime import LoopRuntime
     from sonfolio.bench.ort_runtime import OrtRuntime
+    from sonfolio.infer.ortloop import SHARED_ARENA
 
     out, _, data = exported
     pixels = _images(data, tiny_score_model[0]).numpy()[:6]
     spec = loop_spec(out / "int8_ptq", "score")
     loop, hf = LoopRuntime(spec), OrtRuntime(spec)
+    # the loop's sessions draw on the process's one CPU arena (optimum's each keep their own)
+    for opened in (loop.enc, loop.decoder):
+        assert opened.get_session_options().get_session_config_entry(SHARED_ARENA) == "1"
     # optimum encodes the batch at once, and int8 quantizes activations per tensor: the loop
     # does the same here (its default encodes a sample at a time: test_decoder_step.py)
     loop.encode_group = 0
