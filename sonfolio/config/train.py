@@ -65,6 +65,12 @@ class TrainLoop(Strict):
     ctc_pool: Annotated[int, Field(ge=1, le=8)]
     seed: int
 
+    @property
+    def base_kl_weight(self) -> float:
+        """Weight of the KL term towards the untouched base's outputs (sonfolio.train.
+        keep_base): 0 but where a section fine-tunes a base and sets it."""
+        return 0.0
+
 
 class ScoreConv(Strict):
     """score_train.model.conv: the convolutional encoder (sonfolio/score/model/conv_encoder.py)."""
@@ -169,6 +175,23 @@ class SpeechTrain(TrainLoop):
     """speech_train: the loop and the model."""
 
     model: SpeechModel
+    # weight of KL(base || model) a token beside the cross-entropy (sonfolio.train.keep_base):
+    # the fine-tune held near the base's token distributions; 0: none
+    keep_base: Annotated[float, Field(ge=0.0, le=100.0)]
+
+    @property
+    def base_kl_weight(self) -> float:
+        return self.keep_base
+
+    @model_validator(mode="after")
+    def _keep_base_needs_a_base(self) -> SpeechTrain:
+        if self.keep_base > 0 and not self.model.base_model:
+            raise ValueError(
+                f"speech_train.keep_base = {self.keep_base} holds the fine-tune near its base, "
+                "but speech_train.model.base_model is null (training from scratch): set "
+                "keep_base: 0, or name a base model"
+            )
+        return self
 
 
 def engine_options(engine: EngineOptions, presets: dict[str, dict], preset: str) -> EngineOptions:

@@ -26,7 +26,7 @@ from accelerate.utils import DataLoaderConfiguration, set_seed
 from torch.utils.data import DataLoader, Dataset
 from transformers import PreTrainedModel, get_cosine_schedule_with_warmup
 
-from sonfolio.train import checkpoint, ctc, speed
+from sonfolio.train import checkpoint, ctc, keep_base, speed
 from sonfolio.train.batch import fixed_micro_batch, probed_micro_batch
 from sonfolio.train.device import (
     Backend,
@@ -136,6 +136,14 @@ class Run:
             )
         per_process = loop.effective_batch // world
         self.ctc_head = ctc.attach(track.model) if loop.ctc_weight > 0 else None
+        self.base = keep_base.base_copy(track.model, loop.base_kl_weight)
+        if self.base is not None:
+            self.choose(
+                "keep_base",
+                f"weight {loop.base_kl_weight}",
+                "KL towards the untouched base's token distributions, a frozen copy beside "
+                f"the model ({track.name}.keep_base)",
+            )
         self.choose(
             "ctc",
             "",
@@ -282,13 +290,18 @@ class Run:
         return info
 
     def loss(self, model: torch.nn.Module, batch: dict[str, Any]) -> torch.Tensor:
-        """The training loss: cross-entropy, joint with CTC when the track has a head."""
+        """The training loss: cross-entropy, plus the KL term towards the base when the section
+        keeps one (sonfolio.train.keep_base), joint with CTC when the track has a head."""
         outputs = model(**batch)
+        loss = outputs.loss
+        if self.base is not None:
+            kl = keep_base.kl_to_base(self.base, batch, outputs.logits)
+            loss = loss + self.loop.base_kl_weight * kl
         if self.ctc_head is None:
-            return outputs.loss
+            return loss
         config = self.track.model.config
         return ctc.joint(
-            outputs.loss,
+            loss,
             outputs,
             batch["labels"],
             self.ctc_head,
