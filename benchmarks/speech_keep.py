@@ -1,0 +1,167 @@
+"""Fine-tuning that keeps real speech: train@speech under each candidate setting, each result
+read on the synthetic test split and on the real voice, beside the untouched base.
+
+Run:    python -m benchmarks.speech_keep [--root RUN] [--only NAME ...]
+Reads:  this checkout's params.yaml, and RUN's speech data stage (with its real voice,
+        <data>/real/) and speech tokenizer: run `dvc repro tokenizer@speech` there first.
+Writes: benchmarks/results/speech_keep.json and prints a table: per setting, the overrides, the
+        test split's WER / CER as the train stage measures them (sentences and voices never
+        heard in training), the real voice's WER / CER as eval@speech reads it (every clip
+        that speech_eval.real admits), and the training minutes; the untouched base's real
+        figures beside (speech_eval.zero_shot_base, read the same way).
+
+Each setting trains in RUN/benchmarks/speech_keep/<name>/ (params.yaml with its overrides, the
+run's data and tokenizer linked) in a fresh process, `python -m tasks.train speech`, so what is
+measured is the train stage itself. The real voice is never trained or tuned on (issue 34):
+these figures choose a method, once, for docs/training.md; the defaults then change in
+params.yaml.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.table import Table
+
+from benchmarks import console, publish
+from sonfolio import cpu
+
+RESULTS = Path("benchmarks/results/speech_keep.json")
+REPO = Path(__file__).resolve().parents[1]
+
+# name -> params overrides (dotted keys under speech_train; the data stays the run's)
+SETTINGS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "decoder_frozen": {"speech_train.model.frozen_decoder_layers": 6},
+    "encoder_frozen": {"speech_train.model.frozen_encoder_layers": 6},
+    "lr_3e-5": {"speech_train.lr": 3.0e-5},
+    "keep_base_1": {"speech_train.keep_base": 1.0},
+    "keep_base_4": {"speech_train.keep_base": 4.0},
+    "encoder_frozen_lr_3e-5": {
+        "speech_train.model.frozen_encoder_layers": 6,
+        "speech_train.lr": 3.0e-5,
+    },
+}
+
+
+def _override(params: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    for dotted, value in overrides.items():
+        *parents, leaf = dotted.split(".")
+        if parents[0] != "speech_train":  # the data stays the run's
+            raise SystemExit(f"benchmarks.speech_keep: {dotted}: only speech_train keys are tried")
+        node = params
+        for key in parents:
+            node = node[key]
+        if leaf not in node:
+            raise SystemExit(f"benchmarks.speech_keep: {dotted} is not a key of params.yaml")
+        node[leaf] = value
+    return params
+
+
+def _workdir(root: Path, name: str, overrides: dict[str, Any]) -> Path:
+    """RUN/benchmarks/speech_keep/<name>/ with this checkout's params.yaml overridden and RUN's
+    data and tokenizer linked."""
+    from sonfolio.config.params import load_params
+
+    paths = load_params(REPO / "params.yaml").paths.track("speech")
+    work = root / "benchmarks" / "speech_keep" / name
+    work.mkdir(parents=True, exist_ok=True)
+    params = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
+    (work / "params.yaml").write_text(yaml.safe_dump(_override(params, overrides)), "utf-8")
+    for rel in (paths.data, paths.tokenizer):
+        link = work / rel
+        if not link.exists():
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to((root / rel).resolve(), target_is_directory=True)
+    return work
+
+
+def train(work: Path) -> dict[str, Any]:
+    """The train stage in `work`, in a fresh process; its metrics."""
+    from sonfolio.config.params import load_params
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    subprocess.run([sys.executable, "-m", "tasks.train", "speech"], cwd=work, env=env, check=True)
+    metrics = load_params(work / "params.yaml").paths.metrics
+    return json.loads((work / metrics / "speech_train.json").read_text(encoding="utf-8"))
+
+
+def read_real(work: Path, base: bool) -> dict[str, Any]:
+    """The trained model (and the untouched base, if `base`) on the real voice, as eval@speech
+    reads it."""
+    from sonfolio.config.params import load_params
+    from sonfolio.speech.eval.evaluate import zero_shot_base
+    from sonfolio.speech.eval.real import evaluate_real
+
+    params = load_params(work / "params.yaml")
+    paths, cfg = params.paths.track("speech"), params.speech_eval
+    model, scratch = work / paths.model, work / "real_eval"
+    base_folder = zero_shot_base(cfg.zero_shot_base, model, scratch / "base") if base else None
+    return evaluate_real(
+        cfg, params.infer, work / paths.data, [model], base_folder, scratch / "samples",
+        scratch / "read",
+    )  # fmt: skip
+
+
+def table(result: dict[str, Any]) -> Table:
+    t = Table(title="speech fine-tuning: the test split and the real voice")
+    for col in ("setting", "overrides", "test WER", "test CER", "real WER", "real CER", "min"):
+        t.add_column(col, justify="left" if col in ("setting", "overrides") else "right")
+    base = result.get("base_real")
+    if base:
+        t.add_row("untouched base", "", "", "", f"{base['wer']:.3f}", f"{base['cer']:.3f}", "")
+    for name, r in result["settings"].items():
+        t.add_row(
+            name,
+            json.dumps(r["overrides"]),
+            f"{r['test_wer']:.3f}",
+            f"{r['test_cer']:.3f}",
+            f"{r['real_wer']:.3f}",
+            f"{r['real_cer']:.3f}",
+            f"{r['train_minutes']:.1f}",
+        )
+    return t
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--root", type=Path, default=Path("."), help="a pipeline run's folder")
+    parser.add_argument("--only", nargs="*", choices=sorted(SETTINGS), help="these settings")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    result: dict[str, Any] = (
+        json.loads(args.out.read_text(encoding="utf-8")) if args.out.is_file() else {}
+    )
+    result.setdefault("settings", {})
+    load_before = cpu.load_average()
+    for name in args.only or list(SETTINGS):
+        work = _workdir(args.root, name, SETTINGS[name])
+        trained = train(work)
+        real = read_real(work, base="base_real" not in result)
+        model = next(n for n in real["variants"] if n != real["base"])
+        if real["base"]:
+            result["base_real"] = real["variants"][real["base"]]
+        result["settings"][name] = {
+            "overrides": SETTINGS[name],
+            "test_wer": trained["test_wer"],
+            "test_cer": trained["test_cer"],
+            "real_wer": real["variants"][model]["wer"],
+            "real_cer": real["variants"][model]["cer"],
+            "real_clips": real["clips"],
+            "train_minutes": trained["train_minutes"],
+            "best_step": trained["best_step"],
+        }
+        result |= cpu.run_conditions(load_before)
+        # written after each setting: a long run keeps what it measured
+        publish(args.out, result, lambda r: console(150).print(table(r)))
+
+
+if __name__ == "__main__":
+    main()
