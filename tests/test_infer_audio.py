@@ -9,7 +9,7 @@ from sonfolio.config.infer import AudioChunks
 from sonfolio.speech.decode.chunks import join_texts, plan_chunks, trim_repeats
 
 SR = 16_000
-CFG = AudioChunks(search_s=0.6, silence_db=-35.0, overlap_s=0.25, max_repeats=3)
+CFG = AudioChunks(search_s=0.6, silence_db=-35.0, overlap_s=0.25, max_repeats=3, pause_s=0.0)
 
 
 def voice(seconds: float, seed: int = 0) -> np.ndarray:
@@ -44,6 +44,26 @@ def test_two_and_a_half_windows_are_cut_at_the_pauses_into_three_chunks():
     assert all(b.start == a.end for a, b in zip(chunks, chunks[1:], strict=False))
 
 
+def test_a_long_pause_ends_a_chunk_so_each_utterance_is_read_alone():
+    """Three utterances of 1.5 s with 0.7 s pauses (5.9 s, a 4 s window): with pause_s 0.5
+    each is its own chunk, cut inside the pauses; without, the first window packs two."""
+    x = with_pauses(5.9, [(1.5, 2.2), (3.7, 4.4)])
+    by_pause = plan_chunks(x, SR, 4.0, CFG.model_copy(update={"pause_s": 0.5}))
+    assert len(by_pause) == 3 and not any(c.overlaps for c in by_pause)
+    assert 1.5 * SR <= by_pause[0].end <= 2.2 * SR and 3.7 * SR <= by_pause[1].end <= 4.4 * SR
+    assert by_pause[0].start == 0 and by_pause[-1].end == x.size
+    assert all(b.start == a.end for a, b in zip(by_pause, by_pause[1:], strict=False))
+    packed = plan_chunks(x, SR, 4.0, CFG)
+    assert len(packed) == 2 and packed[0].end > 2.2 * SR  # the first two utterances together
+    # a pause shorter than pause_s leaves the window packed
+    assert len(plan_chunks(x, SR, 4.0, CFG.model_copy(update={"pause_s": 0.8}))) == 2
+
+
+def test_audio_within_the_window_stays_one_chunk_whatever_its_pauses():
+    x = with_pauses(3.5, [(1.5, 2.2)])
+    assert len(plan_chunks(x, SR, 4.0, CFG.model_copy(update={"pause_s": 0.5}))) == 1
+
+
 def test_without_a_pause_chunks_overlap_and_still_fit_the_window():
     x = voice(5.0, seed=1)
     chunks = plan_chunks(x, SR, 2.0, CFG)
@@ -55,7 +75,7 @@ def test_without_a_pause_chunks_overlap_and_still_fit_the_window():
 
 
 def test_settings_that_cannot_progress_are_refused_by_name():
-    cfg = AudioChunks(search_s=1.5, silence_db=-35.0, overlap_s=0.6, max_repeats=3)
+    cfg = CFG.model_copy(update={"search_s": 1.5, "overlap_s": 0.6})
     with pytest.raises(ValueError, match=r"infer\.audio\.search_s \+ overlap_s"):
         plan_chunks(voice(5.0), SR, 2.0, cfg)
 
@@ -93,8 +113,9 @@ def test_a_pause_anywhere_in_the_last_half_of_the_window_is_where_the_chunk_ends
     sentence = np.sin(np.arange(int(4.5 * SR)) * 0.05).astype(np.float32) * 0.5
     pause = np.zeros(int(0.7 * SR), np.float32)
     audio = np.concatenate([sentence, pause, sentence, pause, sentence])
-    chunks = plan_chunks(audio, SR, 8.0, params.infer.audio)
-    first = chunks[0]
-    assert 4.5 * SR <= first.end <= 5.2 * SR and not chunks[1].overlaps, chunks
-    old = params.infer.audio.model_copy(update={"search_s": 2.0})
+    no_pause_rule = params.infer.audio.model_copy(update={"pause_s": 0.0})
+    for cfg in (params.infer.audio, no_pause_rule):  # the pause rule finds it first, or search
+        chunks = plan_chunks(audio, SR, 8.0, cfg)
+        assert 4.5 * SR <= chunks[0].end <= 5.2 * SR and not chunks[1].overlaps, chunks
+    old = no_pause_rule.model_copy(update={"search_s": 2.0})
     assert plan_chunks(audio, SR, 8.0, old)[1].overlaps  # cut inside a sentence

@@ -28,6 +28,7 @@ class AudioChunks(Strict):
     silence_db: Annotated[float, Field(lt=0.0)]  # dB below the clip's loudest frame
     overlap_s: Annotated[float, Field(ge=0.0)]  # chunks cut outside a silence overlap this much
     max_repeats: Annotated[int, Field(ge=0)]  # a word group repeated more: a loop, kept once
+    pause_s: Annotated[float, Field(ge=0.0, le=10.0)]  # a silence this long ends a chunk (0: none)
 
 
 class AudioLimits(Strict):

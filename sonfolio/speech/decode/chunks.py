@@ -5,7 +5,11 @@ clip is cut greedily: each chunk ends at the quietest 25 ms frame within `search
 window's end. When that frame is a silence (`silence_db` below the clip's loudest frame) the cut
 falls between words and the next chunk starts there; otherwise a word may be cut in two, so the
 next chunk starts `overlap_s` earlier and the words both chunks heard are kept once when the
-texts are joined.
+texts are joined. Before that, a pause of at least `pause_s` inside the window ends the chunk
+there: one utterance a chunk, as a VAD pipeline cuts (faster-whisper's batched one) and as the
+fine-tuned model was trained, one sentence a clip (packing two sentences into a window, it read
+the first and stopped: 31 more words dropped than faster-whisper's batched pipeline on 10
+minutes of joined test clips).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ if TYPE_CHECKING:
 
 FRAME_S = 0.025  # loudness frames: 25 ms, every 10 ms (the usual speech analysis frame)
 HOP_S = 0.010
+MIN_CHUNK_S = 1.0  # a pause closer than this to a chunk's start does not end the chunk
 MAX_REPEAT_WORDS = 12  # the longest repeat looked for where two overlapping texts meet
 MAX_LOOP_WORDS = 12  # the longest word group whose run `trim_repeats` takes for a loop
 # a sentence's end glued to the next one's first word ("Xavier.Aujourd'hui"): Whisper's
@@ -80,9 +85,18 @@ def plan_chunks(
     db = frame_db(audio, sample_rate)
     loudest = float(db.max())
     frame, hop = round(FRAME_S * sample_rate), round(HOP_S * sample_rate)
+    quiet_frames = db - loudest <= cfg.silence_db
     chunks: list[Chunk] = []
     start, overlaps = 0, False
-    while n - start > window:
+    while True:
+        end = min(start + window, n)
+        pause = _pause(quiet_frames, start, end, cfg.pause_s, sample_rate) if cfg.pause_s else None
+        if pause is not None:  # an utterance ends inside the window: the chunk ends with it
+            chunks.append(Chunk(start, pause, overlaps))
+            start, overlaps = pause, False
+            continue
+        if n - start <= window:
+            break
         limit = start + window
         first = math.ceil((limit - search) / hop)  # frames wholly inside the search span
         last = (limit - frame) // hop
@@ -97,6 +111,29 @@ def plan_chunks(
         start, overlaps = (cut, False) if silent else (cut - overlap, True)
     chunks.append(Chunk(start, n, overlaps))
     return chunks
+
+
+def _pause(quiet: np.ndarray, start: int, end: int, pause_s: float, sample_rate: int) -> int | None:
+    """The sample in the middle of the first pause (quiet frames for at least `pause_s`) that
+    starts at least MIN_CHUNK_S after `start` and ends before `end` (so speech follows it within
+    the window), or None."""
+    hop, frame = round(HOP_S * sample_rate), round(FRAME_S * sample_rate)
+    need = max(1, math.ceil(pause_s / HOP_S))
+    lo = math.ceil((start + MIN_CHUNK_S * sample_rate) / hop)
+    hi = min((end - frame) // hop, quiet.size - 1)
+    if hi - lo < need:
+        return None
+    span = quiet[lo:hi].astype(np.int32)
+    full = np.flatnonzero(np.convolve(span, np.ones(need, np.int32), "valid") == need)
+    if not full.size:
+        return None
+    first = lo + int(full[0])
+    last = first + need - 1
+    while last + 1 < hi and quiet[last + 1]:
+        last += 1
+    if last + 1 >= hi:  # silence to the window's end: nothing follows it here
+        return None
+    return ((first + last) // 2) * hop + frame // 2
 
 
 def _word_key(word: str) -> str:
