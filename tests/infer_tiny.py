@@ -155,5 +155,11 @@ def params_file(folder: Path, **infer: object) -> Path:
 TINY_INFER = {
     "score_max_tokens": 6,
     "speech_max_tokens": 6,
-    "audio": {"search_s": 0.6, "silence_db": -35.0, "overlap_s": 0.25, "max_repeats": 3},
+    "audio": {
+        "search_s": 0.6,
+        "silence_db": -35.0,
+        "overlap_s": 0.25,
+        "max_repeats": 3,
+        "pause_s": 0.5,
+    },
 }

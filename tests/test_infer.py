@@ -234,7 +234,14 @@ def test_the_default_model_is_the_exported_variant_else_fp32(params, tmp_path):
 
 def test_audio_cuts_that_do_not_fit_the_model_window_fail_at_load(files, capsys, tmp_path):
     params = params_file(
-        tmp_path, audio={"search_s": 1.5, "silence_db": -35.0, "overlap_s": 0.6, "max_repeats": 3}
+        tmp_path,
+        audio={
+            "search_s": 1.5,
+            "silence_db": -35.0,
+            "overlap_s": 0.6,
+            "max_repeats": 3,
+            "pause_s": 0.5,
+        },
     )
     argv = ["transcribe", str(files["wav"]), "--model", str(files["speech"])]
     assert main([*argv, "--params", str(params)]) == 2
