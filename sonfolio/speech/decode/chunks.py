@@ -90,7 +90,7 @@ def plan_chunks(
     start, overlaps = 0, False
     while True:
         end = min(start + window, n)
-        pause = _pause(quiet_frames, start, end, cfg.pause_s, sample_rate) if cfg.pause_s else None
+        pause = _pause(quiet_frames, start, end, cfg.pause_s, hop, frame) if cfg.pause_s else None
         if pause is not None:  # an utterance ends inside the window: the chunk ends with it
             chunks.append(Chunk(start, pause, overlaps))
             start, overlaps = pause, False
@@ -113,13 +113,14 @@ def plan_chunks(
     return chunks
 
 
-def _pause(quiet: np.ndarray, start: int, end: int, pause_s: float, sample_rate: int) -> int | None:
-    """The sample in the middle of the first pause (quiet frames for at least `pause_s`) that
-    starts at least MIN_CHUNK_S after `start` and ends before `end` (so speech follows it within
-    the window), or None."""
-    hop, frame = round(HOP_S * sample_rate), round(FRAME_S * sample_rate)
+def _pause(
+    quiet: np.ndarray, start: int, end: int, pause_s: float, hop: int, frame: int
+) -> int | None:
+    """The sample in the middle of the first pause (quiet frames, `hop` samples apart, for at
+    least `pause_s`) that starts at least MIN_CHUNK_S after `start` and ends before `end` (so
+    speech follows it within the window), or None."""
     need = max(1, math.ceil(pause_s / HOP_S))
-    lo = math.ceil((start + MIN_CHUNK_S * sample_rate) / hop)
+    lo = math.ceil((start + MIN_CHUNK_S * hop / HOP_S) / hop)
     hi = min((end - frame) // hop, quiet.size - 1)
     if hi - lo < need:
         return None

@@ -138,21 +138,13 @@ def cut_window(model: WhisperForConditionalGeneration, positions: int) -> None:
     model.model.encoder.max_source_positions = positions
 
 
-def freeze_encoder(model: WhisperForConditionalGeneration, layers: int) -> None:
-    """Leave the convolutions, positions and the lowest `layers` encoder blocks as they are
-    (no gradients: their backward pass is skipped, the largest cost of a step on a CPU)."""
-    _freeze(model, "encoder", layers)
-
-
-def freeze_decoder(model: WhisperForConditionalGeneration, layers: int) -> None:
-    """Leave the token embeddings (tied with the output projection), positions and the lowest
-    `layers` decoder blocks as they are: the base's language model kept, the rest adapting."""
-    _freeze(model, "decoder", layers)
-
-
 def freeze(model: WhisperForConditionalGeneration, cfg: SpeechModel) -> None:
-    freeze_encoder(model, cfg.frozen_encoder_layers)
-    freeze_decoder(model, cfg.frozen_decoder_layers)
+    """Leave the parts of a base that the config keeps as they are (no gradients: their backward
+    pass is skipped, the largest cost of a step on a CPU): the encoder's convolutions, positions
+    and lowest `frozen_encoder_layers` blocks; the decoder's token embeddings (tied with the
+    output projection), positions and lowest `frozen_decoder_layers` blocks."""
+    _freeze(model, "encoder", cfg.frozen_encoder_layers)
+    _freeze(model, "decoder", cfg.frozen_decoder_layers)
 
 
 def _freeze(model: WhisperForConditionalGeneration, stack: str, layers: int) -> None:
