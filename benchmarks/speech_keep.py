@@ -2,19 +2,20 @@
 read on the synthetic test split and on the real voice, beside the untouched base.
 
 Run:    python -m benchmarks.speech_keep [--root RUN] [--only NAME ...]
-Reads:  this checkout's params.yaml, and RUN's speech data stage (with its real voice,
-        <data>/real/) and speech tokenizer: run `dvc repro tokenizer@speech` there first.
+Reads:  this checkout's params.yaml and RUN's speech tokenizer: run `dvc repro tokenizer@speech`
+        there first. Each setting's data stage (with the real voice, <data>/real/) runs in its
+        folder.
 Writes: benchmarks/results/speech_keep.json and prints a table: per setting, the overrides, the
         test split's WER / CER as the train stage measures them (sentences and voices never
         heard in training), the real voice's WER / CER as eval@speech reads it (every clip
         that speech_eval.real admits), and the training minutes; the untouched base's real
         figures beside (speech_eval.zero_shot_base, read the same way).
 
-Each setting trains in RUN/benchmarks/speech_keep/<name>/ (params.yaml with its overrides, the
-run's data and tokenizer linked) in a fresh process, `python -m tasks.train speech`, so what is
-measured is the train stage itself. The real voice is never trained or tuned on (issue 34):
-these figures choose a method, once, for docs/training.md; the defaults then change in
-params.yaml.
+Each setting trains in RUN/benchmarks/speech_keep/<name>/ (params.yaml with its overrides, its
+own data stage, the run's tokenizer linked) in a fresh process, `python -m tasks.train speech`,
+so what is measured is the train stage itself. The real voice is never trained or tuned on
+(issue 34): these figures choose a method, once, for docs/training.md; the defaults then change
+in params.yaml.
 """
 
 from __future__ import annotations
@@ -36,9 +37,18 @@ from sonfolio import cpu
 RESULTS = Path("benchmarks/results/speech_keep.json")
 REPO = Path(__file__).resolve().parents[1]
 
-# name -> params overrides (dotted keys under speech_train; the data stays the run's)
+# name -> params overrides: dotted keys under speech_train or speech_data (every setting's data
+# stage runs in its own folder from the same seed: val and test come out the same whatever the
+# train augmentation)
 SETTINGS: dict[str, dict[str, Any]] = {
     "default": {},
+    # the data before issue 34's round (b6cb1ca's default): templates only, no augmentation
+    "no_augment": {
+        "speech_data.synthetic.augment.enabled": False,
+        "speech_data.synthetic.spoken_fraction": 0.0,
+    },
+    "augment_only": {"speech_data.synthetic.spoken_fraction": 0.0},
+    "spoken_only": {"speech_data.synthetic.augment.enabled": False},
     "decoder_frozen": {"speech_train.model.frozen_decoder_layers": 6},
     "encoder_frozen": {"speech_train.model.frozen_encoder_layers": 6},
     "lr_3e-5": {"speech_train.lr": 3.0e-5},
@@ -54,8 +64,11 @@ SETTINGS: dict[str, dict[str, Any]] = {
 def _override(params: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     for dotted, value in overrides.items():
         *parents, leaf = dotted.split(".")
-        if parents[0] != "speech_train":  # the data stays the run's
-            raise SystemExit(f"benchmarks.speech_keep: {dotted}: only speech_train keys are tried")
+        if parents[0] not in ("speech_train", "speech_data"):
+            raise SystemExit(
+                f"benchmarks.speech_keep: {dotted}: only speech_train and speech_data keys "
+                "are tried"
+            )
         node = params
         for key in parents:
             node = node[key]
@@ -66,8 +79,8 @@ def _override(params: dict[str, Any], overrides: dict[str, Any]) -> dict[str, An
 
 
 def _workdir(root: Path, name: str, overrides: dict[str, Any]) -> Path:
-    """RUN/benchmarks/speech_keep/<name>/ with this checkout's params.yaml overridden and RUN's
-    data and tokenizer linked."""
+    """RUN/benchmarks/speech_keep/<name>/ with this checkout's params.yaml overridden, RUN's
+    tokenizer linked, and the data stage run there."""
     from sonfolio.config.params import load_params
 
     paths = load_params(REPO / "params.yaml").paths.track("speech")
@@ -75,11 +88,14 @@ def _workdir(root: Path, name: str, overrides: dict[str, Any]) -> Path:
     work.mkdir(parents=True, exist_ok=True)
     params = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
     (work / "params.yaml").write_text(yaml.safe_dump(_override(params, overrides)), "utf-8")
-    for rel in (paths.data, paths.tokenizer):
-        link = work / rel
-        if not link.exists():
-            link.parent.mkdir(parents=True, exist_ok=True)
-            link.symlink_to((root / rel).resolve(), target_is_directory=True)
+    link = work / paths.tokenizer
+    if not link.exists():
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to((root / paths.tokenizer).resolve(), target_is_directory=True)
+    if (work / paths.data).is_symlink():  # linked to RUN's data by an earlier version
+        (work / paths.data).unlink()
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    subprocess.run([sys.executable, "-m", "tasks.data", "speech"], cwd=work, env=env, check=True)
     return work
 
 
@@ -112,7 +128,16 @@ def read_real(work: Path, base: bool) -> dict[str, Any]:
 
 def table(result: dict[str, Any]) -> Table:
     t = Table(title="speech fine-tuning: the test split and the real voice")
-    for col in ("setting", "overrides", "test WER", "test CER", "real WER", "real CER", "min"):
+    for col in (
+        "setting",
+        "overrides",
+        "augment, talk",
+        "test WER",
+        "test CER",
+        "real WER",
+        "real CER",
+        "min",
+    ):
         t.add_column(col, justify="left" if col in ("setting", "overrides") else "right")
     base = result.get("base_real")
     if base:
@@ -121,6 +146,7 @@ def table(result: dict[str, Any]) -> Table:
         t.add_row(
             name,
             json.dumps(r["overrides"]),
+            f"{'yes' if r.get('augment') else 'no'}, {r.get('spoken_fraction', 0.0):.0%}",
             f"{r['test_wer']:.3f}",
             f"{r['test_cer']:.3f}",
             f"{r['real_wer']:.3f}",
@@ -140,9 +166,12 @@ def main() -> None:
         json.loads(args.out.read_text(encoding="utf-8")) if args.out.is_file() else {}
     )
     result.setdefault("settings", {})
+    from sonfolio.config.params import load_params
+
     load_before = cpu.load_average()
     for name in args.only or list(SETTINGS):
         work = _workdir(args.root, name, SETTINGS[name])
+        synthetic = load_params(work / "params.yaml").speech_data.synthetic
         trained = train(work)
         real = read_real(work, base="base_real" not in result)
         model = next(n for n in real["variants"] if n != real["base"])
@@ -150,6 +179,8 @@ def main() -> None:
             result["base_real"] = real["variants"][real["base"]]
         result["settings"][name] = {
             "overrides": SETTINGS[name],
+            "augment": synthetic.augment.enabled,
+            "spoken_fraction": synthetic.spoken_fraction,
             "test_wer": trained["test_wer"],
             "test_cer": trained["test_cer"],
             "real_wer": real["variants"][model]["wer"],

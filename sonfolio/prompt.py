@@ -20,7 +20,6 @@ repetition penalties, ...) raises UnsupportedDecoding, so the caller keeps HF ge
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any

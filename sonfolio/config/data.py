@@ -193,6 +193,31 @@ def _check_range(key: str, pair: tuple[float, float]) -> None:
         )
 
 
+class SpeechAugment(Strict):
+    """Rooms, phone lines, speeds and coloured noise on the synthetic train clips."""
+
+    enabled: bool
+    speed: tuple[Annotated[float, Field(ge=0.5, le=2.0)], Annotated[float, Field(ge=0.5, le=2.0)]]
+    reverb_fraction: Fraction01
+    rt60_s: tuple[Annotated[float, Field(gt=0.0, le=3.0)], Annotated[float, Field(gt=0.0, le=3.0)]]
+    band_fraction: Fraction01
+    bands_hz: Annotated[list[tuple[int, int]], Field(min_length=1)]
+    noise_colors: Annotated[list[Literal["white", "pink", "brown"]], Field(min_length=1)]
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SpeechAugment:
+        key = "speech_data.synthetic.augment"
+        for name in ("speed", "rt60_s"):
+            _check_range(f"{key}.{name}", getattr(self, name))
+        for low, high in self.bands_hz:
+            if not 0 < low < high < 8000:
+                raise ValueError(
+                    f"{key}.bands_hz: [{low}, {high}] must be 0 < low < high < 8000 Hz "
+                    "(the clips are 16 kHz), e.g. [300, 3400] for a telephone line"
+                )
+        return self
+
+
 class SpeechSynthetic(Strict):
     """French sentences spoken by espeak-ng: the offline default source."""
 
@@ -206,6 +231,8 @@ class SpeechSynthetic(Strict):
     noise_fraction: Fraction01  # share of clips with added white noise
     snr_db: tuple[Annotated[float, Field(ge=-5, le=60)], Annotated[float, Field(ge=-5, le=60)]]
     digits_fraction: Fraction01  # share of numbers written "12" rather than "douze"
+    spoken_fraction: Fraction01  # share of train sentences that are everyday talk (SPOKEN)
+    augment: SpeechAugment  # train split only
 
     @model_validator(mode="after")
     def _consistent(self) -> SpeechSynthetic:

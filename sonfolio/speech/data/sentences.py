@@ -65,6 +65,92 @@ TEMPLATES = (
     "{mots}",
 )
 
+# Everyday speech, as people say it: questions, requests, opinions, hesitations, negations with
+# and without "ne", few numbers. Drawn for a share of the train split only
+# (speech_data.synthetic.spoken_fraction), so the fine-tune's language model hears talk, not only
+# the templates' dates and figures (issue 34: trained on those alone, it heard numbers in real
+# speech). Written to stay clear of the real-voice set's telephone-prompt wording (no keys to
+# press, no messages, no menus): that set measures, it is never a target.
+SPOKEN = (
+    "Tu crois que {prenom} va venir ce soir ?",
+    "Je ne sais pas trop, il faut que j'en parle à {prenom}.",
+    "Bon, on y va ou on attend encore un peu ?",
+    "Franchement, je n'ai pas aimé ce film du tout.",
+    "Tu pourrais me passer le {objet}, s'il te plaît ?",
+    "Ça fait longtemps qu'on ne s'est pas vus, dis donc !",
+    "Est-ce que vous savez où se trouve la gare de {ville} ?",
+    "Il paraît que {prenom} a trouvé du travail comme {metier}.",
+    "Attends, je reviens tout de suite, j'ai oublié mon {objet}.",
+    "Moi, je préfère rester à la maison quand il pleut.",
+    "On pourrait manger {plat} ce soir, qu'est-ce que tu en penses ?",
+    "Je suis désolé, je n'ai pas bien compris ce que vous avez dit.",
+    "C'est vrai que {ville} a beaucoup changé ces dernières années.",
+    "Mais non, ce n'est pas du tout ce que je voulais dire !",
+    "Tu as vu le temps qu'il fait ? On dirait que l'hiver arrive.",
+    "Si j'avais su, je serais parti plus tôt.",
+    "{prenom} m'a demandé si tu avais rendu le {objet}.",
+    "Il faudrait qu'on se voie avant la fin de la semaine.",
+    "Je me demande pourquoi elle n'a rien dit à personne.",
+    "Vous voulez un café ou plutôt un thé ?",
+    "Ne t'inquiète pas, tout va bien se passer.",
+    "On s'est perdus en cherchant la maison de {prenom}.",
+    "Ils ont décidé de déménager à {ville} pour se rapprocher de la mer.",
+    "J'adore {activite}, mais je n'ai jamais le temps.",
+    "Ce qui m'étonne, c'est qu'il n'ait pas encore répondu.",
+    "Enfin bref, on en reparlera demain matin.",
+    "Tu te souviens de {prenom}, le {metier} qui habitait en face ?",
+    "Excusez-moi, est-ce que cette place est libre ?",
+    "Elle a toujours rêvé de {activite} au bord du lac.",
+    "Je crois qu'on a oublié d'acheter du pain.",
+    "Pourquoi est-ce que tu ne me l'as pas dit plus tôt ?",
+    "Le {objet} de ma grand-mère est encore dans le grenier.",
+    "Au fond, je pense qu'il avait raison.",
+    "Ça m'est égal, choisis ce que tu veux.",
+    "Nous avons passé l'après-midi à {activite} avec les enfants.",
+    "Tiens, regarde qui est là, c'est {prenom} !",
+    "Je n'en reviens pas qu'ils aient vendu leur maison.",
+    "Il faut absolument que tu goûtes {plat} de {prenom}.",
+    "Quand j'étais petit, on allait souvent à {ville} en été.",
+    "Vous pouvez parler un peu plus lentement, s'il vous plaît ?",
+    "D'accord, mais alors on part de bonne heure.",
+    "Je trouve que le {couleur} te va très bien.",
+    "On a eu de la chance, le musée était presque vide.",
+    "Il n'arrête pas de se plaindre depuis ce matin.",
+    "Heureusement que {prenom} était là pour nous aider.",
+    "Tu veux que je t'accompagne jusqu'à la gare ?",
+    "J'ai l'impression qu'on tourne en rond.",
+    "Le voisin a encore laissé son {objet} dans l'escalier.",
+    "À mon avis, ça ne va pas durer longtemps.",
+    "Qu'est-ce qui t'est arrivé ? Tu as l'air fatigué.",
+    "Elle m'a raconté toute l'histoire en rentrant de {ville}.",
+    "Ce n'est pas grave, on recommencera la prochaine fois.",
+    "Dis-moi franchement ce que tu en penses.",
+    "Je vais prendre {plat} et une carafe d'eau.",
+    "Il a plu toute la nuit, le jardin est plein de boue.",
+    "Mon frère est {metier}, il travaille beaucoup trop.",
+    "On se retrouve devant le cinéma, comme d'habitude ?",
+    "Ils ont mis des heures à trouver une place pour se garer.",
+    "Je t'avais bien dit que ça finirait comme ça.",
+    "Tu n'aurais pas vu mon {objet} quelque part ?",
+)
+# spoken openers, put before a share of SPOKEN sentences (more sentences from the same clauses)
+_OPENERS = (
+    "Bon", "Alors", "Tu sais", "Écoute", "Eh bien", "Au fait", "Bref", "Dis", "Oh",
+    "En fait", "Du coup", "Sinon", "Remarque", "Voilà",
+)  # fmt: skip
+_OBJETS = (
+    "parapluie", "manteau", "téléphone", "sac", "livre", "carnet", "vélo", "portefeuille",
+    "piano", "fauteuil", "miroir", "chapeau", "stylo", "panier", "ordinateur", "tableau",
+)  # fmt: skip
+_PLATS = (
+    "une soupe", "des crêpes", "une omelette", "un gratin", "une salade", "des pâtes",
+    "une tarte aux pommes", "du poulet rôti", "une quiche", "des moules", "un couscous",
+)  # fmt: skip
+_ACTIVITES = (
+    "faire du vélo", "lire", "jouer du piano", "nager", "marcher en forêt", "peindre",
+    "faire la cuisine", "jardiner", "danser", "pêcher", "chanter", "dessiner",
+)  # fmt: skip
+
 _MONTHS = (
     "janvier",
     "février",
@@ -81,6 +167,7 @@ _MONTHS = (
 )
 _DAYS = ("lundi", "mardi", "mercredi", "jeudi", "vendredi", "samedi", "dimanche")
 _PLAIN = re.compile(r"[A-Za-zÀ-ÖØ-öø-ÿŒœ' -]+")  # no digits, parentheses, abbreviations
+_ELIDE = re.compile(r"\b([dD]|[qQ]u)e ([AEIOUÉÈÊÂÎÔaeiouéèêâîô])")
 _CAMEL = re.compile(r"[a-zà-ÿ][A-ZÀ-Ö]")  # Faker towns such as "BertinVille"
 
 
@@ -152,6 +239,9 @@ class _Filler:
             "couleur": lambda: self.plain(f.color_name, lower=True),
             "mots": lambda: f.sentence(nb_words=rng.randint(4, 8)),
             "jour": lambda: rng.choice(_DAYS),
+            "objet": lambda: rng.choice(_OBJETS),
+            "plat": lambda: rng.choice(_PLATS),
+            "activite": lambda: rng.choice(_ACTIVITES),
             "mois": lambda: rng.choice(_MONTHS),
             "date": self.date,
             "heure": self.heure,
@@ -176,12 +266,20 @@ def _slots(template: str) -> list[str]:
     return [name for _, name, _, _ in string.Formatter().parse(template) if name]
 
 
-def french_sentences(n: int, seed: int, digits_fraction: float) -> list[str]:
+def french_sentences(
+    n: int,
+    seed: int,
+    digits_fraction: float,
+    templates: tuple[str, ...] = TEMPLATES,
+    exclude: frozenset[str] = frozenset(),
+) -> list[str]:
     """`n` distinct French sentences (distinct after `normalize`), in a seeded order.
 
     Args:
         digits_fraction: share of numbers written with digits ("12 mars") rather than in
             words ("douze mars"); both are said in words.
+        templates: TEMPLATES (written for what is hard to transcribe) or SPOKEN (everyday talk).
+        exclude: normalised sentences not to make (another split's).
     """
     rng = random.Random(seed)
     fake = Faker("fr_FR")
@@ -190,11 +288,15 @@ def french_sentences(n: int, seed: int, digits_fraction: float) -> list[str]:
     seen: set[str] = set()
     out: list[str] = []
     for _ in range(n * 20):  # duplicates are rare; the bound only guards against a loop
-        template = rng.choice(TEMPLATES)
+        template = rng.choice(templates)
         text = template.format(**{s: filler.value(s) for s in _slots(template)})
+        if templates is SPOKEN:
+            if not template.startswith("{") and rng.random() < 0.5:
+                text = f"{rng.choice(_OPENERS)}, {text[0].lower()}{text[1:]}"
+            text = _ELIDE.sub(r"\1'\2", text)  # "de Isabelle" -> "d'Isabelle"
         text = text[0].upper() + text[1:]
         key = normalize(text)
-        if key not in seen:
+        if key not in seen and key not in exclude:
             seen.add(key)
             out.append(text)
             if len(out) == n:

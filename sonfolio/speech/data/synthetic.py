@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,9 +29,10 @@ from sonfolio.speech.common.audio import (
     write_wav,
 )
 from sonfolio.speech.common.normalize import normalize, spell_numbers
+from sonfolio.speech.data import augment
 from sonfolio.speech.data.clips import Skip, Utterance, audio_path
 from sonfolio.speech.data.espeak import Synthesizer, variants, voice_name
-from sonfolio.speech.data.sentences import french_sentences
+from sonfolio.speech.data.sentences import SPOKEN, french_sentences
 
 if TYPE_CHECKING:
     from sonfolio.config.data import SpeechData, SpeechSynthetic
@@ -55,7 +56,8 @@ class SynthJob:
     rate_wpm: int
     pitch: int
     snr_db: float | None  # None: clean
-    seed: int  # for the noise
+    seed: int  # for the noise (and the room)
+    augment: augment.ClipAugment | None = None  # train clips only
 
 
 def check_voices(cfg: SpeechSynthetic) -> None:
@@ -81,9 +83,14 @@ def split_sizes(cfg: SpeechSynthetic) -> dict[str, int]:
 
 
 def plan(cfg: SpeechSynthetic, seed: int) -> list[SynthJob]:
-    """Sentences to splits (each its own) and a draw of voice, rate, pitch and noise per clip."""
-    sentences = iter(french_sentences(cfg.utterances, seed, cfg.digits_fraction))
+    """Sentences to splits (each its own) and a draw of voice, rate, pitch and noise per clip;
+    a share of train's sentences (`spoken_fraction`) then replaced by everyday talk."""
+    made = french_sentences(cfg.utterances, seed, cfg.digits_fraction)
+    sentences = iter(made)
     rng = random.Random(seed + 1)  # independent of the sentence draws
+    # its own stream: augmenting train leaves val's and test's draws (and audio) as they were
+    aug_rng = random.Random(seed + 2)
+    aug_cfg = cfg.augment if cfg.augment.enabled else None
     jobs: list[SynthJob] = []
     for split, size in split_sizes(cfg).items():
         voices = cfg.test_voices if split == "test" else cfg.train_voices
@@ -99,22 +106,53 @@ def plan(cfg: SpeechSynthetic, seed: int) -> list[SynthJob]:
                     pitch=rng.randint(*cfg.pitch),
                     snr_db=round(rng.uniform(*cfg.snr_db), 2) if noisy else None,
                     seed=rng.getrandbits(32),
+                    augment=augment.draw(aug_cfg, aug_rng)
+                    if split == "train" and aug_cfg
+                    else None,
                 )
             )
-    return jobs
+    return _with_spoken(jobs, made, cfg, seed)
+
+
+def _with_spoken(
+    jobs: list[SynthJob], made: list[str], cfg: SpeechSynthetic, seed: int
+) -> list[SynthJob]:
+    """Train jobs' sentences replaced by SPOKEN ones at `spoken_fraction`, drawn from their own
+    stream (val's and test's sentences, voices and noise stay as without them) and kept apart
+    from val's and test's sentences."""
+    train = [i for i, j in enumerate(jobs) if j.split == "train"]
+    rng = random.Random(seed + 3)
+    chosen = [i for i in train if rng.random() < cfg.spoken_fraction]
+    if not chosen:
+        return jobs
+    held = frozenset(normalize(j.text) for j in jobs if j.split != "train")
+    talk = french_sentences(len(chosen), seed + 3, cfg.digits_fraction, SPOKEN, exclude=held)
+    out = list(jobs)
+    for i, text in zip(chosen, talk, strict=True):
+        out[i] = replace(jobs[i], text=text)
+    return out
 
 
 def speak(job: SynthJob, synth: Synthesizer, out: Path, max_duration_s: float) -> float | str:
-    """Synthesize, resample to 16 kHz, add noise, write; the duration (s) or a skip reason."""
+    """Synthesize, resample to 16 kHz, augment (train), add noise, write; the duration (s) or a
+    skip reason."""
     pcm = synth.say(spell_numbers(job.text), job.variant, job.rate_wpm, job.pitch)
     x = resample(from_pcm16(pcm), synth.sample_rate)
     if x.size == 0:
         return "empty_audio"
+    rng = np.random.default_rng(job.seed)
+    if job.augment is not None:
+        x = augment.apply(x, job.augment, rng)
     duration = x.size / SAMPLE_RATE
     if duration > max_duration_s:
         return "too_long"
     if job.snr_db is not None:
-        x = add_noise(x, job.snr_db, np.random.default_rng(job.seed))
+        color = job.augment.noise_color if job.augment is not None else "white"
+        x = (
+            add_noise(x, job.snr_db, rng)
+            if color == "white"
+            else augment.add_colored_noise(x, job.snr_db, color, rng)
+        )
     write_wav(out / job.audio, to_pcm16(x))
     return duration
 
