@@ -50,6 +50,8 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "augment_only": {"speech_data.synthetic.spoken_fraction": 0.0},
     "spoken_only": {"speech_data.synthetic.augment.enabled": False},
     "decoder_frozen": {"speech_train.model.frozen_decoder_layers": 6},
+    "decoder_blocks": {"speech_train.model.decoder_trains": "blocks"},
+    "decoder_cross_attention": {"speech_train.model.decoder_trains": "cross_attention"},
     "encoder_frozen": {"speech_train.model.frozen_encoder_layers": 6},
     "lr_3e-5": {"speech_train.lr": 3.0e-5},
     "keep_base_1": {"speech_train.keep_base": 1.0},

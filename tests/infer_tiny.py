@@ -30,7 +30,12 @@ from sonfolio.tokenizer import train_bpe
 
 # the from-scratch tiny Whisper (no base: nothing frozen)
 TINY_SPEECH = SpeechModel(
-    base_model=None, size="tiny", language=None, frozen_encoder_layers=0, frozen_decoder_layers=0
+    base_model=None,
+    size="tiny",
+    language=None,
+    frozen_encoder_layers=0,
+    frozen_decoder_layers=0,
+    decoder_trains="all",
 )
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -19,6 +19,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "speech_train.model.language": None,
         "speech_train.model.frozen_encoder_layers": 0,
         "speech_train.model.frozen_decoder_layers": 0,
+        "speech_train.model.decoder_trains": "all",
         "speech_train.keep_base": 0.0,
         "speech_train.effective_batch": 32,
         "speech_train.lr": 2.0e-3,

@@ -169,6 +169,19 @@ class SpeechModel(Strict):
     # its convolutions, when > 0) left as they are while the rest trains
     frozen_decoder_layers: Annotated[int, Field(ge=0)]  # a base's lowest decoder blocks (and
     # its token embeddings, tied with the output projection, when > 0) left as they are
+    # what of the decoder's other blocks trains: all (and the token embeddings); blocks (token
+    # embeddings and positions kept: the output's word priors stay the base's); cross_attention
+    # (only each block's attention to the audio and its norm: the language model stays)
+    decoder_trains: Literal["all", "blocks", "cross_attention"]
+
+    @model_validator(mode="after")
+    def _parts_of_a_base(self) -> SpeechModel:
+        if self.base_model is None and self.decoder_trains != "all":
+            raise ValueError(
+                f"speech_train.model.decoder_trains = {self.decoder_trains!r} keeps parts of a "
+                "base, but base_model is null (training from scratch): set decoder_trains: all"
+            )
+        return self
 
 
 class SpeechTrain(TrainLoop):

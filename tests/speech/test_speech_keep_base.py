@@ -25,10 +25,10 @@ def tiny() -> WhisperForConditionalGeneration:
     return WhisperForConditionalGeneration(config)
 
 
-def cfg(encoder: int, decoder: int) -> SpeechModel:
+def cfg(encoder: int, decoder: int, trains: str = "all") -> SpeechModel:
     return SpeechModel(
         base_model="base", size="tiny", language=None, frozen_encoder_layers=encoder,
-        frozen_decoder_layers=decoder,
+        frozen_decoder_layers=decoder, decoder_trains=trains,
     )  # fmt: skip
 
 
@@ -63,6 +63,33 @@ def test_part_of_the_decoder_frozen_leaves_its_upper_blocks_training():
     assert not any(n.startswith("model.decoder.layers.0.") for n in moved)
     assert any(n.startswith("model.encoder.layers.0.") for n in moved)
     assert "model.decoder.embed_tokens.weight" not in moved
+
+
+def test_decoder_blocks_training_keep_the_word_priors():
+    model = tiny()
+    freeze(model, cfg(encoder=2, decoder=0, trains="blocks"))
+    moved = grads_after_a_step(model)
+    assert {n.split(".")[3] for n in moved if n.startswith("model.decoder.layers.")} == {"0", "1"}
+    # the output projection (tied with the embeddings) and the positions stay the base's
+    assert not {"model.decoder.embed_tokens.weight", "model.decoder.embed_positions.weight"} & moved
+    assert "model.decoder.embed_tokens.weight" in {n for n, _ in model.named_parameters()}
+
+
+def test_cross_attention_only_keeps_the_decoders_language_model():
+    model = tiny()
+    freeze(model, cfg(encoder=2, decoder=0, trains="cross_attention"))
+    moved = grads_after_a_step(model)
+    assert moved
+    assert all(".encoder_attn." in n or ".encoder_attn_layer_norm." in n for n in moved), moved
+    assert {n.split(".")[3] for n in moved} == {"0", "1"}  # in every block
+
+
+def test_keeping_parts_of_a_base_without_a_base_names_the_fix():
+    with pytest.raises(ValueError, match="decoder_trains = 'blocks' keeps parts of a base"):
+        SpeechModel(
+            base_model=None, size="tiny", language=None, frozen_encoder_layers=0,
+            frozen_decoder_layers=0, decoder_trains="blocks",
+        )  # fmt: skip
 
 
 def test_more_frozen_blocks_than_the_model_has_names_the_param():

@@ -145,6 +145,26 @@ def freeze(model: WhisperForConditionalGeneration, cfg: SpeechModel) -> None:
     output projection), positions and lowest `frozen_decoder_layers` blocks."""
     _freeze(model, "encoder", cfg.frozen_encoder_layers)
     _freeze(model, "decoder", cfg.frozen_decoder_layers)
+    _keep_decoder_parts(model, cfg.decoder_trains)
+
+
+def _keep_decoder_parts(model: WhisperForConditionalGeneration, trains: str) -> None:
+    """`decoder_trains`: blocks keeps the token embeddings (tied with the output projection:
+    the word priors) and positions; cross_attention keeps all but each block's attention to
+    the audio (encoder_attn and its norm)."""
+    if trains == "all":
+        return
+    decoder = model.model.decoder
+    for part in (decoder.embed_tokens, decoder.embed_positions):
+        part.requires_grad_(False)
+    if trains == "cross_attention":
+        for block in decoder.layers:
+            for name, child in block.named_children():
+                if name not in ("encoder_attn", "encoder_attn_layer_norm"):
+                    child.requires_grad_(False)
+        decoder.layer_norm.requires_grad_(False)
+    trainable = sum(p.numel() for p in decoder.parameters() if p.requires_grad)
+    log.info("decoder: %s train; %.1f M of its parameters", trains, trainable / 1e6)
 
 
 def _freeze(model: WhisperForConditionalGeneration, stack: str, layers: int) -> None:
