@@ -39,27 +39,29 @@ REPO = Path(__file__).resolve().parents[1]
 
 # name -> params overrides: dotted keys under speech_train or speech_data (every setting's data
 # stage runs in its own folder from the same seed: val and test come out the same whatever the
-# train augmentation)
+# train additions). Overrides are relative to today's params.yaml (decoder_trains:
+# cross_attention, no augmentation, no everyday talk); ALL_DECODER is the default before it.
+ALL_DECODER = {"speech_train.model.decoder_trains": "all"}
 SETTINGS: dict[str, dict[str, Any]] = {
     "default": {},
-    # the data before issue 34's round (b6cb1ca's default): templates only, no augmentation
-    "no_augment": {
-        "speech_data.synthetic.augment.enabled": False,
-        "speech_data.synthetic.spoken_fraction": 0.0,
-    },
-    "augment_only": {"speech_data.synthetic.spoken_fraction": 0.0},
-    "spoken_only": {"speech_data.synthetic.augment.enabled": False},
-    "decoder_frozen": {"speech_train.model.frozen_decoder_layers": 6},
     "decoder_blocks": {"speech_train.model.decoder_trains": "blocks"},
-    "decoder_cross_attention": {"speech_train.model.decoder_trains": "cross_attention"},
-    "encoder_frozen": {"speech_train.model.frozen_encoder_layers": 6},
-    "lr_3e-5": {"speech_train.lr": 3.0e-5},
-    "keep_base_1": {"speech_train.keep_base": 1.0},
-    "keep_base_4": {"speech_train.keep_base": 4.0},
-    "encoder_frozen_lr_3e-5": {
-        "speech_train.model.frozen_encoder_layers": 6,
-        "speech_train.lr": 3.0e-5,
+    # the encoder as the base's too: only the decoder's attention to the audio trains
+    "cross_attention_only": {"speech_train.model.frozen_encoder_layers": 6},
+    "cross_attention_keep_base_1": {"speech_train.keep_base": 1.0},
+    # the whole decoder training (the default before), with train-only data additions
+    # (speech_data.synthetic, docs/speech.md) or a method that keeps the base
+    "augment": {**ALL_DECODER, "speech_data.synthetic.augment.enabled": True},
+    "augment_spoken": {
+        **ALL_DECODER,
+        "speech_data.synthetic.augment.enabled": True,
+        "speech_data.synthetic.spoken_fraction": 0.5,
     },
+    "spoken": {**ALL_DECODER, "speech_data.synthetic.spoken_fraction": 0.5},
+    "decoder_frozen": {**ALL_DECODER, "speech_train.model.frozen_decoder_layers": 6},
+    "encoder_frozen": {**ALL_DECODER, "speech_train.model.frozen_encoder_layers": 6},
+    "lr_3e-5": {**ALL_DECODER, "speech_train.lr": 3.0e-5},
+    "keep_base_1": {**ALL_DECODER, "speech_train.keep_base": 1.0},
+    "keep_base_4": {**ALL_DECODER, "speech_train.keep_base": 4.0},
 }
 
 

@@ -19,6 +19,16 @@ from sonfolio.speech.data.sentences import SPOKEN
 from sonfolio.speech.data.synthetic import plan, speak
 
 
+def _synthetic(params, utterances: int):
+    """The real speech_data.synthetic section with both train-only additions on (the defaults
+    leave them off: docs/training.md), augmenting at 0.4 rooms and 0.3 lines, talk at 0.5."""
+    cfg = params.speech_data.synthetic
+    aug = cfg.augment.model_copy(
+        update={"enabled": True, "reverb_fraction": 0.4, "band_fraction": 0.3}
+    )
+    return cfg.model_copy(update={"utterances": utterances, "augment": aug, "spoken_fraction": 0.5})
+
+
 def _tone(hz: float, seconds: float = 1.0) -> np.ndarray:
     t = np.arange(int(seconds * SAMPLE_RATE)) / SAMPLE_RATE
     return (0.3 * np.sin(2 * np.pi * hz * t)).astype(np.float32)
@@ -31,7 +41,7 @@ def _power_at(x: np.ndarray, hz: float) -> float:
 
 
 def test_augmenting_train_leaves_val_and_test_as_they_were(params) -> None:
-    cfg = params.speech_data.synthetic.model_copy(update={"utterances": 60})
+    cfg = _synthetic(params, 60)
     off = cfg.model_copy(update={"augment": cfg.augment.model_copy(update={"enabled": False})})
     on_jobs, off_jobs = plan(cfg, 0), plan(off, 0)
     held = [j for j in on_jobs if j.split != "train"]
@@ -50,7 +60,7 @@ def test_augmenting_train_leaves_val_and_test_as_they_were(params) -> None:
 
 
 def test_everyday_talk_replaces_a_share_of_train_sentences_only(params) -> None:
-    cfg = params.speech_data.synthetic.model_copy(update={"utterances": 400})
+    cfg = _synthetic(params, 400)
     none = cfg.model_copy(update={"spoken_fraction": 0.0})
     talk, plain = plan(cfg, 0), plan(none, 0)
     assert [j for j in talk if j.split != "train"] == [j for j in plain if j.split != "train"]
@@ -73,7 +83,7 @@ def test_everyday_talk_replaces_a_share_of_train_sentences_only(params) -> None:
 
 
 def test_a_fraction_change_does_not_reshuffle_the_other_draws(params) -> None:
-    cfg = params.speech_data.synthetic.augment
+    cfg = _synthetic(params, 40).augment
     more = cfg.model_copy(update={"reverb_fraction": 1.0})
     a = [augment.draw(cfg, random.Random(5)) for _ in range(20)]
     b = [augment.draw(more, random.Random(5)) for _ in range(20)]

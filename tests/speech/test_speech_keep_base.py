@@ -141,5 +141,6 @@ def test_keep_base_without_a_base_model_fails_naming_both_keys(params):
     cfg = params.speech_train.model_dump()
     cfg["keep_base"] = 0.5
     cfg["model"]["base_model"] = None
+    cfg["model"]["decoder_trains"] = "all"  # (the default keeps the base's language model)
     with pytest.raises(ValueError, match="speech_train.keep_base = 0.5.*base_model is null"):
         SpeechTrain.model_validate(cfg)
