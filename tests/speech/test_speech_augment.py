@@ -11,7 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from sonfolio.config.data import SpeechAugment
-from sonfolio.speech.common.audio import SAMPLE_RATE
+from sonfolio.speech.common.audio import SAMPLE_RATE, add_noise, colored_noise
 from sonfolio.speech.common.normalize import normalize
 from sonfolio.speech.data import augment
 from sonfolio.speech.data.espeak import Synthesizer
@@ -126,14 +126,14 @@ def test_a_phone_line_cuts_what_lies_outside_its_band() -> None:
 
 @pytest.mark.parametrize("color", ["pink", "brown"])
 def test_coloured_noise_falls_with_frequency(color: str) -> None:
-    noise = augment.colored_noise(SAMPLE_RATE * 2, color, np.random.default_rng(1))
+    noise = colored_noise(SAMPLE_RATE * 2, color, np.random.default_rng(1))
     spec = np.abs(np.fft.rfft(noise)) ** 2
     f = np.fft.rfftfreq(noise.size, 1.0 / SAMPLE_RATE)
     low, high = spec[(f > 100) & (f < 500)].mean(), spec[(f > 4000) & (f < 6000)].mean()
     assert low > 8 * high
     assert np.sqrt(np.mean(noise**2)) == pytest.approx(1.0, rel=1e-6)
     signal = _tone(440.0)
-    noisy = augment.add_colored_noise(signal, 10.0, color, np.random.default_rng(1))
+    noisy = add_noise(signal, 10.0, np.random.default_rng(1), color)
     snr = 10 * np.log10(np.mean(signal**2) / np.mean((noisy - signal) ** 2))
     assert snr == pytest.approx(10.0, abs=0.01)
 

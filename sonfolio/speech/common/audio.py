@@ -47,12 +47,28 @@ def resample(x: np.ndarray, sr_in: int, sr_out: int = SAMPLE_RATE) -> np.ndarray
     return y[: -(-n * up // down)].astype(np.float32)
 
 
-def add_noise(x: np.ndarray, snr_db: float, rng: np.random.Generator) -> np.ndarray:
-    """Add white gaussian noise at `snr_db` (signal power / noise power, in dB)."""
+def colored_noise(n: int, color: str, rng: np.random.Generator) -> np.ndarray:
+    """Unit-power noise whose power falls as 1/f^0 (white), 1/f (pink) or 1/f^2 (brown)."""
+    white = rng.standard_normal(n)
+    if color == "white" or n < 2:
+        return white
+    exponent = {"pink": 0.5, "brown": 1.0}[color]  # on the amplitude spectrum
+    spec = np.fft.rfft(white)
+    f = np.fft.rfftfreq(n, 1.0 / SAMPLE_RATE)
+    f[0] = f[1]
+    noise = np.fft.irfft(spec / f**exponent, n)
+    return noise / (float(np.sqrt(np.mean(np.square(noise)))) or 1.0)
+
+
+def add_noise(
+    x: np.ndarray, snr_db: float, rng: np.random.Generator, color: str = "white"
+) -> np.ndarray:
+    """Add gaussian noise of `color` (white, pink, brown) at `snr_db` (signal power / noise
+    power, in dB)."""
     power = float(np.mean(np.square(x, dtype=np.float64)))
     if power == 0.0:
         return x
-    noise = rng.standard_normal(x.size) * math.sqrt(power / 10 ** (snr_db / 10))
+    noise = colored_noise(x.size, color, rng) * math.sqrt(power / 10 ** (snr_db / 10))
     return (x + noise).astype(np.float32)
 
 

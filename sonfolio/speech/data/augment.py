@@ -6,6 +6,7 @@ Each train clip draws, from the seed: a speed (resampling, tempo and pitch toget
 speed perturbation of Kaldi recipes), a room (reverberation of a given RT60), a band limit
 (narrowband telephone, wideband VoIP) and the colour of its noise (white, pink, brown). The
 val and test splits stay as spoken, so their figures compare across augmentation settings.
+(The noise itself is sonfolio.speech.common.audio.add_noise, in the chosen colour.)
 
 Written here with numpy and scipy rather than with audiomentations: that library pulls numba,
 llvmlite, librosa and scikit-learn (~150 MB) for what is four filters here, and its room
@@ -89,30 +90,6 @@ def band_limit(x: np.ndarray, band_hz: tuple[int, int]) -> np.ndarray:
     """A phone line's pass band: 4th-order Butterworth band-pass."""
     sos = signal.butter(4, band_hz, btype="bandpass", fs=SAMPLE_RATE, output="sos")
     return _match_rms(signal.sosfilt(sos, x.astype(np.float64)), x)
-
-
-def colored_noise(n: int, color: str, rng: np.random.Generator) -> np.ndarray:
-    """Unit-power noise whose power falls as 1/f^0 (white), 1/f (pink) or 1/f^2 (brown)."""
-    white = rng.standard_normal(n)
-    if color == "white" or n < 2:
-        return white
-    exponent = {"pink": 0.5, "brown": 1.0}[color]  # on the amplitude spectrum
-    spec = np.fft.rfft(white)
-    f = np.fft.rfftfreq(n, 1.0 / SAMPLE_RATE)
-    f[0] = f[1]
-    noise = np.fft.irfft(spec / f**exponent, n)
-    return noise / (float(np.sqrt(np.mean(np.square(noise)))) or 1.0)
-
-
-def add_colored_noise(
-    x: np.ndarray, snr_db: float, color: str, rng: np.random.Generator
-) -> np.ndarray:
-    """Noise of `color` at `snr_db` (signal power / noise power, in dB)."""
-    power = float(np.mean(np.square(x, dtype=np.float64)))
-    if power == 0.0:
-        return x
-    noise = colored_noise(x.size, color, rng) * math.sqrt(power / 10 ** (snr_db / 10))
-    return (x + noise).astype(np.float32)
 
 
 def apply(x: np.ndarray, aug: ClipAugment, rng: np.random.Generator) -> np.ndarray:

@@ -85,8 +85,7 @@ def split_sizes(cfg: SpeechSynthetic) -> dict[str, int]:
 def plan(cfg: SpeechSynthetic, seed: int) -> list[SynthJob]:
     """Sentences to splits (each its own) and a draw of voice, rate, pitch and noise per clip;
     a share of train's sentences (`spoken_fraction`) then replaced by everyday talk."""
-    made = french_sentences(cfg.utterances, seed, cfg.digits_fraction)
-    sentences = iter(made)
+    sentences = iter(french_sentences(cfg.utterances, seed, cfg.digits_fraction))
     rng = random.Random(seed + 1)  # independent of the sentence draws
     # its own stream: augmenting train leaves val's and test's draws (and audio) as they were
     aug_rng = random.Random(seed + 2)
@@ -111,12 +110,10 @@ def plan(cfg: SpeechSynthetic, seed: int) -> list[SynthJob]:
                     else None,
                 )
             )
-    return _with_spoken(jobs, made, cfg, seed)
+    return _with_spoken(jobs, cfg, seed)
 
 
-def _with_spoken(
-    jobs: list[SynthJob], made: list[str], cfg: SpeechSynthetic, seed: int
-) -> list[SynthJob]:
+def _with_spoken(jobs: list[SynthJob], cfg: SpeechSynthetic, seed: int) -> list[SynthJob]:
     """Train jobs' sentences replaced by SPOKEN ones at `spoken_fraction`, drawn from their own
     stream (val's and test's sentences, voices and noise stay as without them) and kept apart
     from val's and test's sentences."""
@@ -148,11 +145,7 @@ def speak(job: SynthJob, synth: Synthesizer, out: Path, max_duration_s: float) -
         return "too_long"
     if job.snr_db is not None:
         color = job.augment.noise_color if job.augment is not None else "white"
-        x = (
-            add_noise(x, job.snr_db, rng)
-            if color == "white"
-            else augment.add_colored_noise(x, job.snr_db, color, rng)
-        )
+        x = add_noise(x, job.snr_db, rng, color)
     write_wav(out / job.audio, to_pcm16(x))
     return duration
 
