@@ -30,6 +30,7 @@ class EngineOptions(Strict):
     optimizer: Literal["adamw", "adamw_8bit"]
     fp8: bool
     loader_workers: Literal["auto"] | Annotated[int, Field(ge=0)]
+    preload_max_gib: Annotated[float, Field(ge=0.0)]  # auto: decode once when it fits
     group_by_length: bool  # batch train samples of like label length (less padding)
     grad_clip: Annotated[float, Field(ge=0.0)]  # max gradient norm; 0: no clipping
     nan_guard: NanGuardOptions

@@ -183,7 +183,12 @@ class Run:
         self.scheduler = get_cosine_schedule_with_warmup(opt, loop.warmup_steps, loop.max_steps)
         # Not registered with Accelerate (register_for_checkpointing): Accelerate reads such an
         # object back with weights_only=False; checkpoint.py saves its state as JSON instead.
-        workers, preload, why = speed.loader_workers(self.opts.loader_workers, self.backend)
+        size = None
+        if self.opts.loader_workers == "auto":
+            size = speed.decoded_gib(track.train_set, track.val_set)
+        workers, preload, why = speed.loader_workers(
+            self.opts.loader_workers, self.backend, size, self.opts.preload_max_gib
+        )
         self.choose("loader_workers", str(workers), why)
         if preload:
             for dataset in (track.train_set, track.val_set):

@@ -4,11 +4,12 @@ ones fail before training with what to change."""
 from __future__ import annotations
 
 import pytest
+import torch
 from tiny import ROOT
 
 from sonfolio.config.params import load_params
 from sonfolio.score.model.model import check_size
-from sonfolio.train import device
+from sonfolio.train import device, speed
 from sonfolio.train.device import Backend, DeviceCannotDo, choose_precision, hsa_override
 
 CPU = Backend("cpu", "cpu (2 threads)", None)
@@ -63,3 +64,24 @@ def test_presets_are_checked_when_params_load(tmp_path):
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(raw))
     with pytest.raises(ParamsError, match="score_train.preset = 'fastest'"):
         load_params(tmp_path / "p.yaml")
+
+
+def test_auto_loading_decodes_once_where_the_set_fits_on_any_device():
+    for backend in (CPU, NEW_GPU):
+        workers, preload, why = speed.loader_workers("auto", backend, 1.9, 8.0)
+        assert (workers, preload) == (0, True)
+        assert "1.90 GiB" in why and "preload_max_gib" in why
+
+
+def test_auto_loading_too_large_to_preload_gets_workers_on_a_gpu_only():
+    workers, preload, why = speed.loader_workers("auto", NEW_GPU, 40.0, 8.0)
+    assert workers >= 1 and not preload and "40.00 GiB > train_engine.preload_max_gib 8" in why
+    workers, preload, why = speed.loader_workers("auto", CPU, 40.0, 8.0)
+    assert (workers, preload) == (0, False) and "decoded per step" in why
+    assert speed.loader_workers(3, NEW_GPU, 1.0, 8.0)[:2] == (3, False)  # as configured
+
+
+def test_decoded_size_counts_the_arrays_of_a_readable_sample():
+    sample = {"index": 0, "pixel_values": torch.zeros(1, 96, 640), "labels": [1, 2, 3]}
+    broken = {"index": 0, "error": "unreadable"}
+    assert speed.decoded_gib([broken, sample] * 512) == pytest.approx(1024 * 96 * 640 * 4 / 2**30)
