@@ -54,7 +54,7 @@ def tiny_score(height: int, encoder: str = "vit") -> ScoreModel:
     """score_train.model of the tiny size for `height`-px images: 32 x 8 ViT patches."""
     conv = ScoreConv(channels=[8, 16, 32], width_pools=2, layers=1)
     return ScoreModel(pretrained=None, size="tiny", encoder=encoder, image_height=height,
-                      patch=(32, 8), conv=conv, dropout=None)  # fmt: skip
+                      patch=(32, 8), conv=conv, dropout=None, attention_dropout=None)  # fmt: skip
 
 
 def score_model(folder: Path) -> Path:

@@ -247,7 +247,7 @@ def test_the_check_refuses_what_the_model_builder_refuses_and_nothing_else(param
             update={"encoder": encoder, "patch": patch, "image_height": height, "conv": conv}
         )
         try:
-            _encoder_config(model, SIZES[model.size], width, 0.0)
+            _encoder_config(model, SIZES[model.size], width, 0.0, 0.0)
         except ValueError:
             builds = False
         else:

@@ -94,6 +94,8 @@ class ScoreModel(Strict):
     conv: ScoreConv  # (encoder: conv)
     # dropout of every layer (encoder and decoder); null: the size's own (model.py SIZES)
     dropout: Annotated[float, Field(ge=0.0, lt=1.0)] | None
+    # dropout of the attention weights; null: `dropout`
+    attention_dropout: Annotated[float, Field(ge=0.0, lt=1.0)] | None
 
     @model_validator(mode="after")
     def _height_divides(self) -> ScoreModel:

@@ -93,3 +93,23 @@ def test_an_image_the_conv_blocks_cannot_halve_is_named(params):
     cfg = params.score_train.model.model_copy(update={"encoder": "conv", "image_height": 100})
     with pytest.raises(ValueError, match="halves the height 5 times.*100 x 640"):
         build(cfg, tok, 640)
+
+
+@pytest.mark.parametrize("encoder", ["conv", "vit"])
+def test_attention_dropout_is_its_own_setting_and_null_follows_dropout(params, encoder):
+    """attention_dropout 0 with dropout 0.1 (the default): the attention weights keep no
+    dropout (CPU attention then takes the fused kernel), every other layer keeps its 0.1."""
+    from sonfolio.score.model.model import build
+
+    tok = train_bpe(["\\clef treble \\key c \\major c'4 d'4 e'4 f'4"] * 8, 300, 1, 64)
+    cfg = params.score_train.model.model_copy(
+        update={"encoder": encoder, "dropout": 0.1, "attention_dropout": 0.0}
+    )
+    model = build(cfg, tok, params.score_data.image_long_side)
+    enc, dec = model.config.encoder, model.config.decoder
+    assert (enc.attention_probs_dropout_prob, dec.attn_pdrop) == (0.0, 0.0)
+    assert (enc.hidden_dropout_prob, dec.resid_pdrop, dec.embd_pdrop) == (0.1, 0.1, 0.1)
+    follows = build(
+        cfg.model_copy(update={"attention_dropout": None}), tok, params.score_data.image_long_side
+    )
+    assert follows.config.decoder.attn_pdrop == follows.config.encoder.hidden_dropout_prob == 0.1

@@ -68,7 +68,8 @@ def build(
         return load_pretrained(cfg.pretrained, tokenizer)
     s = SIZES[cfg.size]
     dropout = s.dropout if cfg.dropout is None else cfg.dropout
-    encoder = _encoder_config(cfg, s, width, dropout)
+    attention = dropout if cfg.attention_dropout is None else cfg.attention_dropout
+    encoder = _encoder_config(cfg, s, width, dropout, attention)
     decoder = GPT2Config(
         vocab_size=len(tokenizer),
         n_positions=tokenizer.model_max_length,
@@ -77,7 +78,7 @@ def build(
         n_head=s.dec_heads,
         resid_pdrop=dropout,
         embd_pdrop=dropout,
-        attn_pdrop=dropout,
+        attn_pdrop=attention,
         # from_encoder_decoder_configs makes it a decoder with cross-attention
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
@@ -90,7 +91,7 @@ def build(
     return unshifted_loss(model)
 
 
-def _encoder_config(cfg: ScoreModel, s: Size, width: int, dropout: float) -> Any:
+def _encoder_config(cfg: ScoreModel, s: Size, width: int, dropout: float, attention: float) -> Any:
     """The encoder's config: ViT with whole-height patches, or the convolutional encoder
     (sonfolio.score.model.conv_encoder: conv blocks, then the size's transformer layers over
     one frame per `2 ** conv.width_pools` px of width).
@@ -110,7 +111,7 @@ def _encoder_config(cfg: ScoreModel, s: Size, width: int, dropout: float) -> Any
             num_attention_heads=s.enc_heads,
             intermediate_size=4 * s.enc_dim,
             hidden_dropout_prob=dropout,
-            attention_probs_dropout_prob=dropout,
+            attention_probs_dropout_prob=attention,
         )
         if h % 2 ** len(cfg.conv.channels) or width % 2**cfg.conv.width_pools:
             raise ValueError(
@@ -133,7 +134,7 @@ def _encoder_config(cfg: ScoreModel, s: Size, width: int, dropout: float) -> Any
         num_attention_heads=s.enc_heads,
         intermediate_size=4 * s.enc_dim,
         hidden_dropout_prob=dropout,
-        attention_probs_dropout_prob=dropout,
+        attention_probs_dropout_prob=attention,
     )
 
 
