@@ -33,6 +33,8 @@ def label_ids(
     tokenizer: PreTrainedTokenizerBase, texts: list[str], start_id: int
 ) -> list[list[int]]:
     """The tokenizer's ids of each text, without a leading `start_id`."""
+    if not texts:  # an empty split (a fast tokenizer's batch call fails on an empty list)
+        return []
     ids = tokenizer(texts, add_special_tokens=True)["input_ids"]
     return [x[1:] if x and x[0] == start_id else x for x in ids]
 

@@ -17,6 +17,7 @@ from transformers import (
     WhisperForConditionalGeneration,
 )
 
+from sonfolio.io import read_jsonl, write_jsonl
 from sonfolio.train.run import TooManyBadSamples
 from sonfolio.train.stability import TrainingDiverged
 
@@ -239,3 +240,18 @@ def test_gpu_presets_train_on_the_cpu(score_data, tmp_path, preset):
         assert choices["fp8"].startswith("skipped"), choices["fp8"]
         assert choices["compile"].startswith("on"), choices["compile"]
     assert np.isfinite(metrics["val_loss_last"])
+
+
+@pytest.mark.parametrize("split", ["val", "test"])
+def test_a_manifest_missing_a_split_fails_naming_the_stage_or_trains(score_data, tmp_path, split):
+    """No val rows: the message names the stage that makes them, before any step; no test
+    rows (an eval split): training runs and the empty split reads nothing."""
+    data = tmp_path / "data"
+    shutil.copytree(score_data, data)
+    rows = [r for r in read_jsonl(data / "manifest.jsonl") if r["split"] != split]
+    write_jsonl(data / "manifest.jsonl", rows)
+    if split == "val":
+        with pytest.raises(ValueError, match="needs train and val rows: rerun `dvc repro"):
+            run_tiny(data, tmp_path)
+    else:
+        assert run_tiny(data, tmp_path, max_steps=1)["steps"] == 1
