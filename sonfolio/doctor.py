@@ -215,9 +215,8 @@ def track_choices(track: str, params: Params, backend: Backend, cache: Path) -> 
     out["optimizer"] = speed.optimizer(probe, opts.optimizer, loop.lr, 0.0, backend)[1]
     out["fp8"] = speed.fp8(probe, opts.fp8, backend)
     out["gradient_checkpointing"] = "on" if opts.gradient_checkpointing else "off"
-    out["loader"] = speed.loader_workers(opts.loader_workers, backend, None, opts.preload_max_gib)[
-        2
-    ]
+    loader = speed.loader_workers(opts.loader_workers, backend, None, opts.preload_max_gib)
+    out["loader"] = loader[2]
     return out
 
 

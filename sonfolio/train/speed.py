@@ -108,26 +108,21 @@ def loader_workers(
     if configured != "auto":
         return int(configured), False, "as configured"
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    if decoded_gib is not None and decoded_gib <= preload_max_gib:
-        return (
-            0,
-            True,
-            (
-                f"samples decoded once into memory ({decoded_gib:.2f} GiB, at most "
-                f"train_engine.preload_max_gib {preload_max_gib:g}), no workers"
-            ),
-        )
-    size = (
-        "decoded set size not known"
-        if decoded_gib is None
-        else f"decoded set {decoded_gib:.2f} GiB > train_engine.preload_max_gib {preload_max_gib:g}"
+    # on a CPU, the main process decodes what does not fit: measured on 2 cores, a worker
+    # process decoding beside the step's OpenMP threads made steps 2-3x slower (oversubscription)
+    n = max(1, min(8, (cores or 2) // 2)) if backend.is_gpu else 0
+    otherwise = (
+        f"{n} workers ({cores} cores / 2, at most 8), pinned memory"
+        if n
+        else f"decoded per step in the main process (CPU, {cores} cores)"
     )
-    if not backend.is_gpu:
-        # Measured on 2 cores: a worker process decoding beside the step's OpenMP threads made
-        # steps 2-3x slower (oversubscription): the main process decodes instead.
-        return 0, False, f"CPU with {cores} cores, {size}: decoded per step, no workers"
-    n = max(1, min(8, (cores or 2) // 2))
-    return n, False, f"GPU, {size}: {n} workers ({cores} cores / 2, at most 8), pinned memory"
+    limit = f"train_engine.preload_max_gib {preload_max_gib:g}"
+    if decoded_gib is None:  # `sonfolio doctor`: the rule, before any data is read
+        rule = f"decoded once into memory when train + val fit in {limit}, else {otherwise}"
+        return n, False, rule
+    if decoded_gib <= preload_max_gib:
+        return 0, True, f"samples decoded once into memory ({decoded_gib:.2f} GiB <= {limit})"
+    return n, False, f"decoded set {decoded_gib:.2f} GiB > {limit}: {otherwise}"
 
 
 def decoded_gib(*datasets: Any) -> float:
