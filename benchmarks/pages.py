@@ -10,7 +10,8 @@ Engravings (sonfolio/score/eval/engravings.py): `lilypond`, LilyPond's default l
 `verovio:<font>`, Verovio's own layout in one of its SMuFL fonts (Leland: the font the data
 stage keeps out of training); `+scan`, each page made scan-like (score_data.scan: resolution,
 JPEG, threshold, skew, perspective, curl, light, bleed-through, broken lines; seeded per
-page). `by_engraving` in the JSON has each one's figures on the same pieces.
+page); `+scan:<kind>[,<kind>...]`, those kinds only (a held-out measure per kind). `by_engraving`
+in the JSON has each one's figures on the same pieces.
 
 Pieces: whole pieces of the collections params.yaml holds out of training
 (score_data.split.heldout_collections) and of music21 collections no score_data source uses
@@ -60,7 +61,7 @@ from rich.table import Table
 
 from benchmarks import console
 from sonfolio import cpu
-from sonfolio.config.data import ScoreSource
+from sonfolio.config.data import SCAN_KINDS, ScoreSource
 from sonfolio.config.params import Params, load_params
 from sonfolio.io import read_jsonl, write_json
 from sonfolio.score.common import pages
@@ -74,6 +75,7 @@ from sonfolio.score.eval.engravings import (
     ENGRAVING,
     HeldOutPage,
     LayoutUnknown,
+    scan_kinds,
     scanned,
     verovio_pages,
 )
@@ -216,9 +218,9 @@ def run(args: argparse.Namespace, params: Params, variant: Any, work: Path) -> d
         notes, _ = notes_of(piece.text)
         for name in args.engravings:
             pages = clean[ENGRAVING.fullmatch(name).group(1)]
-            if name.endswith("+scan"):
+            if kinds := scan_kinds(name):
                 key = f"{name}/{unit.piece}"
-                pages = [scanned(p, args.dpi, params.score_data.scan, f"{key}/{k}")
+                pages = [scanned(p, args.dpi, params.score_data.scan, f"{key}/{k}", kinds)
                          for k, p in enumerate(pages)]  # fmt: skip
             for number, page in enumerate(pages, 1):
                 reading, seconds = read_page(variant, page.png, params.infer)
@@ -270,7 +272,8 @@ def main() -> None:
     parser.add_argument("--paper", default="a4", help="LilyPond paper size (a4, letter...)")
     parser.add_argument(
         "--engravings", nargs="+", default=list(ENGRAVINGS),
-        help="lilypond, verovio:<font>, either with +scan; the first gives the top-level figures",
+        help="lilypond, verovio:<font>, either with +scan (every kind) or +scan:<kind>[,...]; "
+        "the first gives the top-level figures",
     )  # fmt: skip
     parser.add_argument("--threads", type=int, default=2, help="the model's CPU threads")
     parser.add_argument("--keep", type=Path, help="keep the engraved pages in this folder")
@@ -278,7 +281,10 @@ def main() -> None:
     args = parser.parse_args()
     bad = [e for e in args.engravings if not ENGRAVING.fullmatch(e)]
     if bad:
-        parser.error(f"--engravings {bad}: write lilypond or verovio:<font>, maybe with +scan")
+        parser.error(
+            f"--engravings {bad}: write lilypond or verovio:<font>, maybe with +scan or "
+            f"+scan:<kind>[,<kind>...] (kinds: {', '.join(SCAN_KINDS)})"
+        )
     logging.basicConfig(level=logging.WARNING)
     from sonfolio.infer.run import load_model
 

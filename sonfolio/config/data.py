@@ -12,6 +12,9 @@ from sonfolio.config.page import PageSplit
 from sonfolio.config.sections import Sections
 from sonfolio.config.tokenizer import SpeechTokenizer
 
+# the kinds of scan-like degradation (sonfolio/score/common/scan.py), in the order applied
+SCAN_KINDS = ("dpi", "jpeg", "threshold", "skew", "perspective", "curl", "light", "bleed", "breaks")
+
 
 class ScoreSource(Strict):
     """One collection of music: music21's shipped corpus, a folder, or an archive.

@@ -7,9 +7,16 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from sonfolio.config.base import Positive, Strict
-from sonfolio.config.data import ScoreData
+from sonfolio.config.data import SCAN_KINDS, ScoreData
 from sonfolio.config.infer import Infer
 from sonfolio.config.sections import Sections
+
+_KIND = "|".join(SCAN_KINDS)
+# lilypond | verovio:<font>, then nothing, +scan (every kind) or +scan:<kind>[,<kind>...]
+ENGRAVING_PATTERN = (
+    r"(lilypond|verovio:(Leipzig|Bravura|Gootville|Leland|Petaluma))"
+    rf"(\+scan(?::((?:{_KIND})(?:,(?:{_KIND}))*))?)?"
+)
 
 
 class ScoreEvalPages(Strict):
@@ -20,18 +27,10 @@ class ScoreEvalPages(Strict):
     variant: Annotated[str, Field(min_length=1)]  # the variant folder that reads them
     dpi: Annotated[int, Field(ge=50, le=600)]  # page resolution
     # each engraving the pages are read in (sonfolio/score/eval/engravings.py): lilypond,
-    # verovio:<font>, either with +scan (made to look scanned or photographed); the first
-    # lilypond one is the headline
+    # verovio:<font>, either with +scan (made to look scanned or photographed: every kind) or
+    # +scan:<kind>[,<kind>...] (those kinds only); the first lilypond one is the headline
     engravings: Annotated[
-        list[
-            Annotated[
-                str,
-                Field(
-                    pattern=r"^(lilypond|verovio:(Leipzig|Bravura|Gootville|Leland|Petaluma))"
-                    r"(\+scan)?$"
-                ),
-            ]
-        ],
+        list[Annotated[str, Field(pattern=f"^{ENGRAVING_PATTERN}$")]],
         Field(min_length=1),
     ]
 

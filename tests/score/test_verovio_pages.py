@@ -4,6 +4,8 @@ each system's staff lines are)."""
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 import pytest
 from music21 import corpus
@@ -118,3 +120,42 @@ def test_a_scan_is_the_same_for_the_same_seed_and_names_an_unknown_kind(pages, p
     assert not np.array_equal(scanned(page, params, 5, KINDS), scanned(page, params, 6, KINDS))
     with pytest.raises(ValueError, match=r"unknown scan degradation \['fold'\]; known: dpi"):
         scan_like(page.gray, VEROVIO_DPI, params.score_data.scan, 0, ("fold",))
+
+
+def test_an_engraving_names_the_scan_kinds_its_pages_get(params):
+    """`+scan`: every kind; `+scan:<kind>[,...]`: those only (a held-out measure per kind);
+    eval@score's setting takes the same names and refuses an unknown kind before any work."""
+    from pydantic import ValidationError
+
+    from sonfolio.config.eval import ScoreEvalPages
+    from sonfolio.score.eval.engravings import scan_kinds
+
+    assert scan_kinds("lilypond") == ()
+    assert scan_kinds("verovio:Leland+scan") == KINDS
+    assert scan_kinds("lilypond+scan:curl,dpi") == ("curl", "dpi")
+    with pytest.raises(ValueError, match=r"engraving 'lilypond\+scan:fold'"):
+        scan_kinds("lilypond+scan:fold")
+    pages = params.score_eval.pages
+    ok = pages.model_copy(update={"engravings": ["lilypond", "lilypond+scan:curl"]})
+    ScoreEvalPages.model_validate(ok.model_dump())
+    with pytest.raises(ValidationError, match="engravings"):
+        ScoreEvalPages.model_validate({**ok.model_dump(), "engravings": ["lilypond+scan:fold"]})
+
+
+def test_a_page_scanned_with_one_kind_differs_from_every_kind(tmp_path, params):
+    """engravings.scanned with kinds: the page gets those kinds only (a JPEG-only page keeps
+    the clean page's size and is near it; every kind moves far more pixels)."""
+    from sonfolio.score.eval.engravings import HeldOutPage, scanned
+
+    clean = np.full((400, 300), 255, np.uint8)
+    clean[100:104, 20:280] = 0  # a line of ink
+    png = tmp_path / "page.png"
+    Image.fromarray(clean).save(png)
+    page = HeldOutPage(png, Fraction(0), Fraction(1), 1)
+    cfg = params.score_data.scan
+    jpeg = np.asarray(Image.open(scanned(page, 200, cfg, "k", ("jpeg",)).png))
+    every = np.asarray(Image.open(scanned(page, 200, cfg, "k").png))
+    assert jpeg.shape == clean.shape
+    jpeg_change = np.abs(jpeg.astype(int) - clean).mean()
+    assert jpeg_change < 5
+    assert every.shape != clean.shape or np.abs(every.astype(int) - clean).mean() > jpeg_change

@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from sonfolio.config.data import SCAN_KINDS as KINDS
+
 if TYPE_CHECKING:
     from sonfolio.config.data import Scan
-
-KINDS = ("dpi", "jpeg", "threshold", "skew", "perspective", "curl", "light", "bleed", "breaks")
 PAPER = 255
 A4_WIDTH_IN = 210 / 25.4
 

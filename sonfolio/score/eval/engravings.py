@@ -11,7 +11,8 @@ engraver's own layout, so its truth is the notes whose onset lies in that span.
   names each system's measures; the MusicXML it engraves is the part's canonical text written
   by sonfolio.score.common.musicxml, whose measures give their moments);
 - `+scan` after either: each page made to look scanned or photographed with every kind of
-  sonfolio.score.common.scan at score_data.scan's strength, seeded per page.
+  sonfolio.score.common.scan at score_data.scan's strength, seeded per page; `+scan:<kind>`
+  (or several, `+scan:curl,dpi`): those kinds only, a held-out measure per kind.
 """
 
 from __future__ import annotations
@@ -26,10 +27,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 from PIL import Image
 
+from sonfolio.config.data import SCAN_KINDS
+from sonfolio.config.eval import ENGRAVING_PATTERN
+
 if TYPE_CHECKING:
     from sonfolio.config.data import Scan
 
-ENGRAVING = re.compile(r"(lilypond|verovio:(Leipzig|Bravura|Gootville|Leland|Petaluma))(\+scan)?")
+ENGRAVING = re.compile(ENGRAVING_PATTERN)
 A4_WIDTH_IN = 210 / 25.4
 
 
@@ -77,13 +81,29 @@ def verovio_pages(text: str, font: str, work: Path, dpi: int) -> list[HeldOutPag
     return pages
 
 
-def scanned(page: HeldOutPage, dpi: int, cfg: Scan, key: str) -> HeldOutPage:
-    """`page` made to look scanned or photographed (every kind), seeded by `key`."""
+def scan_kinds(name: str) -> tuple[str, ...]:
+    """The scan kinds engraving `name`'s pages get: none for a clean one, every kind for
+    `+scan`, the named ones for `+scan:<kind>[,<kind>...]`."""
+    match = ENGRAVING.fullmatch(name)
+    if match is None:
+        raise ValueError(
+            f"engraving {name!r}: write lilypond or verovio:<font>, maybe +scan or "
+            f"+scan:<kind>[,<kind>...] (kinds: {', '.join(SCAN_KINDS)})"
+        )
+    if not match.group(3):
+        return ()
+    return tuple(match.group(4).split(",")) if match.group(4) else SCAN_KINDS
+
+
+def scanned(
+    page: HeldOutPage, dpi: int, cfg: Scan, key: str, kinds: tuple[str, ...] = SCAN_KINDS
+) -> HeldOutPage:
+    """`page` made to look scanned or photographed (`kinds`: every kind), seeded by `key`."""
     from sonfolio.score.common.scan import scan_like
 
     seed = int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "big")
     with Image.open(page.png) as img:
         gray = np.asarray(img.convert("L"))
-    png = page.png.with_name(f"{page.png.stem}-scan.png")
-    Image.fromarray(scan_like(gray, dpi, cfg, seed)).save(png)
+    png = page.png.with_name(f"{page.png.stem}-scan-{'-'.join(kinds)}.png")
+    Image.fromarray(scan_like(gray, dpi, cfg, seed, kinds)).save(png)
     return HeldOutPage(png, page.start, page.end, page.systems)

@@ -261,6 +261,7 @@ def evaluate_pages(
         ENGRAVING,
         HeldOutPage,
         LayoutUnknown,
+        scan_kinds,
         scanned,
     )
 
@@ -281,8 +282,10 @@ def evaluate_pages(
                 skipped[name]["not_engraved"] += 1
                 continue
             pages = clean[engraver]
-            if name.endswith("+scan"):
-                pages = [scanned(p, dpi, scan, f"{name}/{k}/{n}") for n, p in enumerate(pages)]
+            if kinds := scan_kinds(name):
+                pages = [
+                    scanned(p, dpi, scan, f"{name}/{k}/{n}", kinds) for n, p in enumerate(pages)
+                ]
             for number, page in enumerate(pages, 1):
                 reading, seconds = read_page(variant, page.png, read_cfg)
                 read_s[name] += seconds
