@@ -182,3 +182,22 @@ def test_a_piece_is_read_in_every_engraving_asked_for(tmp_path):
     assert by["lilypond"]["truth_notes"] == by["verovio:Leland+scan"]["truth_notes"] > 0
     assert result["note_error_rate"] == by["lilypond"]["note_error_rate"]
     assert {r["engraving"] for r in result["rows"]} == set(kinds)
+
+
+def test_a_kept_sample_shows_the_page_as_straightened_when_the_reader_turned_it(tmp_path):
+    """The boxes of a turned page lie in the turned image: the sample is drawn on it (a box
+    drawn on the crooked original would sit beside its staff)."""
+    from sonfolio.score.common.page import Box, turned_size
+    from sonfolio.score.decode.read import Reading, SystemText
+    from sonfolio.score.eval.page_eval import SAMPLE_WIDTH, keep_sample
+
+    png = tmp_path / "page.png"
+    Image.fromarray(np.full((1200, 900), 255, np.uint8)).save(png)
+    row = {"truth_notes": 4, "distance": 1, "true_systems": 1, "found_systems": 1}
+    for angle in (0.0, 2.5):
+        system = SystemText(1, Box(10, 10, 800, 100), "c'4", None)
+        keep_sample(tmp_path / str(angle), "lilypond+scan", png, Reading([system], angle), row)
+        with Image.open(tmp_path / str(angle) / "lilypond_scan.png") as kept:
+            width, height = turned_size((900, 1200), angle)
+            assert kept.width == SAMPLE_WIDTH
+            assert abs(kept.height - height * SAMPLE_WIDTH / width) <= 1  # PIL rounds its own way

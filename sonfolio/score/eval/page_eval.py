@@ -315,13 +315,19 @@ SAMPLE_WIDTH = 900  # px: a kept page, as the report shows it
 
 def keep_sample(folder: Path, engraving: str, png: Path, reading: Any, row: dict) -> None:
     """A page as read: its image (SAMPLE_WIDTH px wide) with each system's box drawn and
-    numbered, and a JSON of its figures and each system's text (valid or not)."""
+    numbered, and a JSON of its figures and each system's text (valid or not). A page the
+    reader straightened is shown straightened: the boxes lie in that image."""
     from PIL import ImageDraw
 
     folder.mkdir(parents=True, exist_ok=True)
     stem = re.sub(r"[^a-z0-9]+", "_", engraving.lower())
     with Image.open(png) as img:
         page = img.convert("RGB")
+    if reading.deskew_deg:  # as sonfolio.score.common.page.deskew turns it
+        turned = (255, 255, 255)
+        page = page.rotate(
+            reading.deskew_deg, Image.Resampling.BICUBIC, expand=True, fillcolor=turned
+        )
     scale = SAMPLE_WIDTH / page.width
     page = page.resize((SAMPLE_WIDTH, round(page.height * scale)))
     draw = ImageDraw.Draw(page)
