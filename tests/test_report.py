@@ -363,7 +363,9 @@ def test_flow_publishes_the_tables_and_a_link_to_the_report(run_dir, params):
     from flows.pipeline import publish_results
 
     (run_dir / "params.yaml").write_text("paths: {report: reports}\n")
-    with prefect_test_harness():
+    # the harness's own 30 s for its API server to start ran out beside another job using both
+    # cores (as in tests/test_flows.py): a longer limit costs nothing when it starts quickly
+    with prefect_test_harness(server_startup_timeout=180):
         assert publish_results(str(run_dir)) == ["sonfolio-report"]  # no report yet: says so
         assert "run `dvc repro report`" in Artifact.get("sonfolio-report").data
         run(params.report, sources(run_dir), run_dir / "reports")
