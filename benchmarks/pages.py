@@ -61,7 +61,7 @@ from rich.table import Table
 
 from benchmarks import console
 from sonfolio import cpu
-from sonfolio.config.data import SCAN_KINDS, ScoreSource
+from sonfolio.config.data import ScoreSource
 from sonfolio.config.params import Params, load_params
 from sonfolio.io import read_jsonl, write_json
 from sonfolio.score.common import pages
@@ -279,12 +279,11 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, help="keep the engraved pages in this folder")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
-    bad = [e for e in args.engravings if not ENGRAVING.fullmatch(e)]
-    if bad:
-        parser.error(
-            f"--engravings {bad}: write lilypond or verovio:<font>, maybe with +scan or "
-            f"+scan:<kind>[,<kind>...] (kinds: {', '.join(SCAN_KINDS)})"
-        )
+    for name in args.engravings:
+        try:
+            scan_kinds(name)  # its message names what to write
+        except ValueError as err:
+            parser.error(f"--engravings: {err}")
     logging.basicConfig(level=logging.WARNING)
     from sonfolio.infer.run import load_model
 
