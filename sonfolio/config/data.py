@@ -14,6 +14,9 @@ from sonfolio.config.tokenizer import SpeechTokenizer
 
 # the kinds of scan-like degradation (sonfolio/score/common/scan.py), in the order applied
 SCAN_KINDS = ("dpi", "jpeg", "threshold", "skew", "perspective", "curl", "light", "bleed", "breaks")
+# The kinds a train system image is made scan-like with: those that keep its shape (skew and
+# bending are the page's, which the cutter straightens or cuts along)
+SYSTEM_SCAN_KINDS = ("dpi", "jpeg", "threshold", "light", "bleed", "breaks")
 
 
 class ScoreSource(Strict):
@@ -55,9 +58,21 @@ class Augment(Strict):
     blur_radius: Annotated[float, Field(ge=0.0, le=5.0)]  # max gaussian blur radius, px
     rotation_deg: Annotated[float, Field(ge=0.0, le=10.0)]  # max absolute rotation
     ink: Fraction01  # strength of uneven ink (patchy fading), 0 = none
-    # share of the train images also made scan-like (score_data.scan; 2 to 4 kinds drawn per
-    # image among dpi, jpeg, threshold, light, bleed, breaks)
+    # share of the train images also made scan-like (score_data.scan, SYSTEM_SCAN_KINDS)
     scan_fraction: Fraction01
+    # how many of those kinds one scan-like image gets: drawn uniformly in [least, most]
+    scan_kinds: tuple[int, int]
+
+    @model_validator(mode="after")
+    def _kinds_range(self) -> Augment:
+        least, most = self.scan_kinds
+        if not 1 <= least <= most <= len(SYSTEM_SCAN_KINDS):
+            raise ValueError(
+                f"score_data.augment.scan_kinds {list(self.scan_kinds)}: write [least, most] "
+                f"with 1 <= least <= most <= {len(SYSTEM_SCAN_KINDS)} (the kinds that keep a "
+                f"system's shape: {', '.join(SYSTEM_SCAN_KINDS)})"
+            )
+        return self
 
 
 class ScoreSplit(Strict):

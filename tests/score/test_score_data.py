@@ -269,3 +269,34 @@ def test_engraver_settings_that_cannot_work_are_named(update, message):
     good = {"lilypond": 0.5, "verovio_fonts": ["Bravura"], "heldout_font": "Leland"}
     with pytest.raises(ValidationError, match=message):
         ScoreEngravers(**(good | update))
+
+
+@pytest.mark.parametrize("kinds", [(0, 2), (3, 2), (2, 7)])
+def test_a_scan_kinds_range_that_cannot_be_drawn_is_named(params, kinds):
+    from pydantic import ValidationError
+
+    raw = params.score_data.augment.model_dump() | {"scan_kinds": kinds}
+    with pytest.raises(ValidationError, match=r"scan_kinds .*1 <= least <= most <= 6"):
+        type(params.score_data.augment)(**raw)
+
+
+@pytest.mark.parametrize("count", [1, 6])
+def test_a_scan_like_train_image_gets_as_many_kinds_as_set(params, lilypond, monkeypatch, count):
+    from sonfolio.score.data import render
+
+    drawn = []
+
+    def spy(gray, dpi, cfg, seed, kinds):
+        drawn.append(kinds)
+        return gray
+
+    monkeypatch.setattr(render, "scan_like", spy)
+    augment = params.score_data.augment.model_copy(
+        update={"scan_fraction": 1.0, "scan_kinds": (count, count)}
+    )
+    settings = render_settings(params.score_data.model_copy(update={"augment": augment}), lilypond)
+    page = Image.new("L", (640, 96), 255)
+    for seed in range(5):
+        render.finish(page, settings, seed)
+    assert [len(k) for k in drawn] == [count] * 5
+    assert all(set(k) <= set(render.SYSTEM_SCAN_KINDS) and len(set(k)) == count for k in drawn)

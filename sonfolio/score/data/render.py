@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from PIL import Image
 
+from sonfolio.config.data import SYSTEM_SCAN_KINDS
 from sonfolio.score.common.lilypond import Setting, compile_systems
 from sonfolio.score.common.scan import scan_like
 from sonfolio.score.common.verovio import engrave_system
@@ -49,9 +50,6 @@ class RenderSettings:
     scan: Scan | None = None  # the scan-like kinds a share of the train images get
 
 
-# What a system image is made scan-like with (sonfolio.score.common.scan): the kinds that keep
-# its shape; skew and bending are the page's, which the cutter straightens or cuts along.
-SYSTEM_SCAN_KINDS = ("dpi", "jpeg", "threshold", "light", "bleed", "breaks")
 SYSTEM_SCAN_DPI = 300  # a system image is taken as a 300-dpi scan: `dpi` resamples it down
 
 
@@ -76,7 +74,9 @@ def finish(gray: Image.Image, settings: RenderSettings, augment_seed: int | None
     if settings.scan is None or rng.random() >= settings.augment.scan_fraction:
         return degrade(img, settings.augment, rng)
     # scan-like instead: noise under a threshold would speckle the whole paper
-    kinds = tuple(str(k) for k in rng.choice(SYSTEM_SCAN_KINDS, int(rng.integers(2, 5)), False))
+    least, most = settings.augment.scan_kinds
+    count = int(rng.integers(least, most + 1))
+    kinds = tuple(str(k) for k in rng.choice(SYSTEM_SCAN_KINDS, count, False))
     scanned = scan_like(
         np.asarray(img), SYSTEM_SCAN_DPI, settings.scan, int(rng.integers(2**31)), kinds
     )
