@@ -153,6 +153,21 @@ class Variant:
                 )
         return self.tokenizer.batch_decode(ids.tolist() if hasattr(ids, "tolist") else ids, True)
 
+    @property
+    def decodes_apart(self) -> bool:
+        """Whether `encode` and `decode` run (an ORT loop with a decoder: they split
+        `generate`, so batches can be encoded on every core and decoded side by side)."""
+        return isinstance(self.loop, OrtGreedy)
+
+    def encode(self, inputs: Any) -> Any:
+        """The encoder states of a batch, for `decode` (`decodes_apart` variants only)."""
+        return self.loop.encode(_numpy(inputs))
+
+    def decode(self, encoded: Any, batch: int, max_new_tokens: int) -> list[list[int]]:
+        """Greedy token ids of `batch` samples from `encode`'s states: `generate`'s, without
+        the text (`tokenizer.batch_decode` makes it). Thread-safe (OrtGreedy.decode)."""
+        return self.loop.decode(encoded, batch, self._limit(max_new_tokens))
+
     def _tensor(self, inputs: Any) -> Any:
         """`inputs` as a torch tensor where the model runs (torch's device; optimum: CPU)."""
         import torch

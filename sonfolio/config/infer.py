@@ -68,6 +68,8 @@ class Infer(Strict):
     score_max_tokens: Positive  # greedy decoding limit per system
     speech_max_tokens: Positive  # greedy decoding limit per audio chunk
     batch_size: Positive  # systems or chunks per generate call
+    # batches of a long recording decoded at once, a thread each (ORT loop variants)
+    decode_workers: Positive
     # read/serve: decode staff systems under the canonical grammar (sonfolio.score.decode)
     constrained: bool
     page: PageSplit

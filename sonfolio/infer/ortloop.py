@@ -261,14 +261,28 @@ class OrtGreedy:
         sonfolio.score.decode.constraint): each step picks the best token the grammar allows,
         and a sample that ends incomplete is cut back to its last complete point (no
         padding)."""
-        batch, width = len(x), len(self.prompt.ids)
+        return self.decode(self.encode(x), len(x), new, forced, constraint)
+
+    def decode(
+        self,
+        enc: Any,
+        batch: int,
+        new: int,
+        forced: bool = False,
+        constraint: GreedyConstraint | None = None,
+    ) -> list[list[int]]:
+        """`generate` from encoder states already computed (`encode`'s OrtValue for `batch`
+        samples). Safe to call from several threads at once: each call has its own bindings
+        and arrays, and the session runs concurrent calls (at `decoder_threads` threads each,
+        on the calling thread where that is 1: sonfolio.speech.decode.transcribe decodes two
+        batches at once so)."""
+        width = len(self.prompt.ids)
         value = self.ort.OrtValue.ortvalue_from_numpy
         prompt = np.tile(np.array(self.prompt.ids, dtype=np.int64), (batch, 1))  # (B, P)
         ids = np.empty((batch, 1), dtype=np.int64)  # shared with its OrtValue, written per step
         # the first step's logits cover every prompt position; the last one is read
         first_logits = np.empty((batch, width, self.vocab), dtype=np.float32)  # (B, P, vocab)
         logits = np.empty((batch, 1, self.vocab), dtype=np.float32)  # (B, 1, vocab)
-        enc = self.encode(x)
         decoder = self._decoder_for(batch)
         # two bindings of the one session: the first step's (no-past branch) and the rest's
         first, io = decoder.io_binding(), decoder.io_binding()

@@ -218,3 +218,39 @@ def test_a_batch_encoded_in_groups_gives_each_groups_own_states(hub_whisper_int8
     assert grouped.shape() == list(alone.shape)
     np.testing.assert_array_equal(grouped.numpy(), alone)
     assert len(loop.generate(x, 6, True)) == 5
+
+
+def test_long_audio_decoded_two_batches_at_once_reads_as_one_at_a_time(hub_whisper_onnx, params):
+    """`infer.decode_workers`: a long recording's batches encoded in turn and decoded side by
+    side, one thread each, give the texts of decoding one batch at a time, each in its own
+    piece's place (pieces are batched by length, so the order is restored)."""
+    from sonfolio import prompt
+    from sonfolio.infer.ortloop import OrtGreedy
+    from sonfolio.model_folder import read_config
+    from sonfolio.speech.decode.transcribe import read_pieces
+    from sonfolio.variants import Variant
+
+    class Ids:  # the tiny model has no tokenizer: its ids stand for the text
+        def batch_decode(self, rows, skip_special_tokens=True):
+            return [" ".join(str(i) for i in row if i != loop.eos) for row in rows]
+
+    def features(batch, **_):  # the random model reads any log-mel alike: features drawn
+        # from each piece's length instead, which it reads apart
+        drawn = [np.random.default_rng(len(p)).standard_normal((80, 100)) * 100 for p in batch]
+        return {"input_features": np.stack(drawn).astype(np.float32)}
+
+    folder = hub_whisper_onnx
+    loop = OrtGreedy(folder, 2, 1, False, prompt.read(folder))
+    variant = Variant(
+        "fp32", "onnx", "speech", Ids(), features, folder, "cpu",
+        read_config(folder), None, loop,
+    )  # fmt: skip
+    assert variant.decodes_apart
+    rng = np.random.default_rng(3)
+    pieces = [rng.standard_normal(n).astype(np.float32) for n in (16000, 4000, 9000, 2000, 12000)]
+    cfg = params.infer.model_copy(update={"batch_size": 2, "speech_max_tokens": 8})
+    apart = read_pieces(variant, pieces, cfg.model_copy(update={"decode_workers": 2}))
+    in_turn = read_pieces(variant, pieces, cfg.model_copy(update={"decode_workers": 1}))
+    alone = [read_pieces(variant, [p], cfg)[0] for p in pieces]
+    assert apart == in_turn == alone
+    assert len(set(alone)) > 1  # the pieces read differently: a mixed-up order would show

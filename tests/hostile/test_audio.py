@@ -213,10 +213,12 @@ def test_speech_is_heard_and_silence_and_noise_are_not(params: Params):
 
 
 class InventingModel:
-    """A speech variant's interface (processor, generate) whose model invents a sentence for
-    anything it is given, as Whisper does for silence; it counts the clips it decodes."""
+    """A speech variant's interface (processor, generate; no separate encode / decode) whose
+    model invents a sentence for anything it is given, as Whisper does for silence; it counts
+    the clips it decodes."""
 
     name = "inventing"
+    decodes_apart = False
 
     def __init__(self) -> None:
         self.processor = WhisperFeatureExtractor(chunk_length=8)

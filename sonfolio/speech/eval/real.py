@@ -63,13 +63,14 @@ def eval_infer(cfg: SpeechEval, infer: Infer) -> Infer:
 
 def read_clips(v: variants.Variant, rows: list[dict], data: Path, infer: Infer) -> list[str]:
     """Each clip's whole text as `sonfolio transcribe` reads a file (the same cuts where a clip
-    outlasts the window, the same joins), the chunks of `infer.batch_size` clips decoded in
-    batches together: one clip a call left the decoder's loop to run a batch of one."""
+    outlasts the window, the same joins), the chunks of `infer.batch_size` x
+    `infer.decode_workers` clips read together (read_pieces: batches decoded side by side):
+    one clip a call left the decoder's loop to run a batch of one."""
     window = processor_window_s(v.processor)
     texts: list[str] = []
     with progress() as bar:
         task = bar.add_task(f"{v.name}: reading the real voice", total=len(rows))
-        for group in batched(rows, infer.batch_size):
+        for group in batched(rows, infer.batch_size * infer.decode_workers):
             clips = [decode(data / r["audio"]) for r in group]
             plans = [plan_chunks(x, SAMPLE_RATE, window, infer.audio) for x in clips]
             pieces = [
