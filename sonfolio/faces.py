@@ -148,6 +148,11 @@ class EvalFace(Protocol):
         """Processes a batch's decoding may spread over (1: this one)."""
         ...
 
+    def decode_workers(self, cfg: Any) -> int:
+        """Batches decoded side by side, a thread each (Variant.generate_batches; 1: one at a
+        time)."""
+        ...
+
     def eval_baselines(self, cfg: Any, model: Path, work: Path) -> list[Any]: ...
 
     def eval_tool(self, params: Any) -> Any: ...  # what the scorer runs outside Python, or None

@@ -26,9 +26,11 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
+from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -167,6 +169,28 @@ class Variant:
         """Greedy token ids of `batch` samples from `encode`'s states: `generate`'s, without
         the text (`tokenizer.batch_decode` makes it). Thread-safe (OrtGreedy.decode)."""
         return self.loop.decode(encoded, batch, self._limit(max_new_tokens))
+
+    def generate_batches(
+        self, batches: Iterable[Any], max_new_tokens: int, workers: int = 1
+    ) -> Iterator[list[str]]:
+        """`generate` over `batches` (taken lazily), each batch's texts in turn.
+
+        Where the variant decodes apart (`decodes_apart`) and `workers` > 1, `workers` batches
+        at a time (at most the loop's threads) are encoded one after the other, on every
+        thread, then decoded side by side, one thread each: a decoder step at batch 8-16 is
+        too small to split over cores (2 threads slowed the speech eval's batch 16 down:
+        docs/inference.md), so one batch at a time left a core idle while it decoded."""
+        if self.decodes_apart:
+            workers = min(workers, self.loop.threads)
+        if not self.decodes_apart or workers <= 1:
+            for x in batches:
+                yield self.generate(x, max_new_tokens)
+            return
+        pending = iter(batches)
+        with ThreadPoolExecutor(workers, thread_name_prefix="decode") as pool:
+            while group := [(self.encode(x), len(x)) for x in islice(pending, workers)]:
+                for ids in pool.map(lambda job: self.decode(*job, max_new_tokens), group):
+                    yield self.tokenizer.batch_decode(ids, skip_special_tokens=True)
 
     def _tensor(self, inputs: Any) -> Any:
         """`inputs` as a torch tensor where the model runs (torch's device; optimum: CPU)."""

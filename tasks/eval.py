@@ -49,12 +49,22 @@ def decode(
     track: EvalFace, v: variants.Variant, rows: list[dict], data: Path, cfg: EvalConfig
 ) -> list[str]:
     """Greedy (or grammar-constrained) outputs for `rows`, `cfg.batch_size` samples per
-    generate call."""
+    generate call (greedy: the track's decode_workers batches side by side)."""
     hyps: list[str] = []
+    options = track.decode_options(cfg)
     with Progress(transient=True) as bar:
         task = bar.add_task(f"{v.name}: decoding", total=len(rows))
-        for start in range(0, len(rows), cfg.batch_size):
-            chunk = rows[start : start + cfg.batch_size]
+        chunks = parallel.batched(rows, cfg.batch_size)
+        if not options.get("constrained"):
+            inputs = (track.eval_inputs(v, chunk, data) for chunk in chunks)
+            workers = track.decode_workers(cfg)
+            for chunk, texts in zip(
+                chunks, v.generate_batches(inputs, cfg.decode_max_tokens, workers), strict=True
+            ):
+                hyps += texts
+                bar.advance(task, len(chunk))
+            return hyps
+        for chunk in chunks:
             # a track with a grammar may decode under it (its eval face's decode_options), each
             # row in the time in force before it (a manifest's `time`; None where its header
             # states one)
@@ -62,7 +72,7 @@ def decode(
                 track.eval_inputs(v, chunk, data),
                 cfg.decode_max_tokens,
                 times=[r.get("time") for r in chunk],
-                **track.decode_options(cfg),
+                **options,
             )
             bar.advance(task, len(chunk))
     return hyps

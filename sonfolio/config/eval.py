@@ -70,6 +70,7 @@ class SpeechEval(Strict):
     splits: Annotated[list[Literal["train", "val", "test"]], Field(min_length=1)]
     max_samples: Positive | None  # per split, a seeded random subset; null: all
     batch_size: Positive  # clips per generate call
+    decode_workers: Positive  # batches decoded side by side, a thread each (ORT loop variants)
     decode_max_tokens: Positive  # greedy decoding limit per clip
     threads: Positive | None  # CPU threads (torch and ONNX Runtime); null: all cores
     worst_examples: Annotated[int, Field(ge=0)]  # per variant and split, with audio paths

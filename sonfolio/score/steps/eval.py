@@ -23,6 +23,11 @@ class ScoreEvalFace:
         spread over (0: one per core)."""
         return cfg.search_workers
 
+    def decode_workers(self, cfg: Any) -> int:
+        """One batch at a time: under the grammar a batch's searches are what costs, and they
+        spread over processes instead (search_workers)."""
+        return 1
+
     def eval_baselines(self, cfg: Any, model: Path, work: Path) -> list[Any]:
         """Models scored beside the variants: none."""
         return []

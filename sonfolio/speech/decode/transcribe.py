@@ -6,8 +6,6 @@ What `sonfolio transcribe` and the service run."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -52,12 +50,9 @@ def read_pieces(variant: Variant, pieces: list[np.ndarray], cfg: Infer) -> list[
     """Each piece of audio (no longer than the window) read by `variant`, `cfg.batch_size` a
     call, its decoding loops kept once (`infer.audio.max_repeats`).
 
-    Pieces of similar length share a batch (a batch decodes until its longest text ends).
-    Where the variant decodes apart from encoding (the ORT loop), `infer.decode_workers`
-    batches at a time (no more than the variant's threads) are encoded one after the other
-    on every core, then decoded side by side, one thread each: a decoder step at batch 8 is
-    too small to split over cores (a second thread slowed the speech eval's batch 16 down),
-    so one batch alone left a core idle for most of a long recording's time
+    Pieces of similar length share a batch (a batch decodes until its longest text ends);
+    `infer.decode_workers` batches are decoded side by side (Variant.generate_batches), or
+    one batch alone left a core idle for most of a long recording's time
     (benchmarks.longform measures it)."""
     order = sorted(range(len(pieces)), key=lambda i: pieces[i].size)
     parts = [order[part] for part in slices(len(order), cfg.batch_size)]
@@ -68,37 +63,16 @@ def read_pieces(variant: Variant, pieces: list[np.ndarray], cfg: Infer) -> list[
             "input_features"
         ]
 
-    workers = min(cfg.decode_workers, len(parts))
-    if variant.decodes_apart and (workers := min(workers, variant.loop.threads)) > 1:
-        texts = _side_by_side(variant, parts, features, workers, cfg.speech_max_tokens)
-    else:
-        texts = [variant.generate(features(part), cfg.speech_max_tokens) for part in parts]
+    batches = (features(part) for part in parts)
+    if variant.decodes_apart:
+        texts = variant.generate_batches(batches, cfg.speech_max_tokens, cfg.decode_workers)
+    else:  # a variant without separate encode / decode (a stand-in, a test's)
+        texts = (variant.generate(x, cfg.speech_max_tokens) for x in batches)
     said = [""] * len(pieces)
     for part, read in zip(parts, texts, strict=True):
         for i, text in zip(part, read, strict=True):
             said[i] = trim_repeats(text.strip(), cfg.audio.max_repeats)
     return said
-
-
-def _side_by_side(
-    variant: Variant,
-    parts: list[list[int]],
-    features: Callable[[list[int]], np.ndarray],
-    workers: int,
-    max_tokens: int,
-) -> list[list[str]]:
-    """Each part's texts: `workers` parts a round, encoded in turn, decoded at once."""
-    texts: list[list[str]] = []
-    with ThreadPoolExecutor(workers, thread_name_prefix="decode") as pool:
-        for start in range(0, len(parts), workers):
-            group = parts[start : start + workers]
-            encoded = [variant.encode(features(part)) for part in group]
-            ids = pool.map(
-                lambda job: variant.decode(job[0], len(job[1]), max_tokens),
-                zip(encoded, group, strict=True),
-            )
-            texts += [variant.tokenizer.batch_decode(row, skip_special_tokens=True) for row in ids]
-    return texts
 
 
 def transcribe(variant: Variant, audio: np.ndarray, cfg: Infer) -> tuple[list[ChunkText], str]:

@@ -54,10 +54,15 @@ def absent_reason(data: Path, data_stats: Path) -> str:
 
 
 def eval_infer(cfg: SpeechEval, infer: Infer) -> Infer:
-    """`infer` as the eval reads with it: speech_eval's batch size and decoding limit, and every
+    """`infer` as the eval reads with it: speech_eval's batch size, decode workers and decoding
+    limit, and every
     chunk decoded (voice detection may drop speech; the splits have none either)."""
     quiet = infer.no_speech.model_copy(update={"check": False})
-    update = {"batch_size": cfg.batch_size, "speech_max_tokens": cfg.decode_max_tokens}
+    update = {
+        "batch_size": cfg.batch_size,
+        "decode_workers": cfg.decode_workers,
+        "speech_max_tokens": cfg.decode_max_tokens,
+    }
     return infer.model_copy(update={**update, "no_speech": quiet})
 
 

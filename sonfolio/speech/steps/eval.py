@@ -23,6 +23,10 @@ class SpeechEvalFace:
         """One process: greedy decoding has no search to spread."""
         return 1
 
+    def decode_workers(self, cfg: Any) -> int:
+        """speech_eval.decode_workers: batches decoded side by side, a thread each."""
+        return cfg.decode_workers
+
     def eval_baselines(self, cfg: Any, model: Path, work: Path) -> list[Any]:
         """Models scored beside the variants: the untouched base (speech_eval.zero_shot_base)
         with the fine-tuned model's window and prompt, as `base_zero_shot` under `work`."""
