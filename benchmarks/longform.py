@@ -2,8 +2,9 @@
 start-up of a cold `sonfolio transcribe` on a 5-second clip.
 
 Run:    python -m benchmarks.longform [--root RUN] [--minutes 10] [--threads 2] [--batch-size 8]
-        [--max-tokens N]
-Reads:  RUN/params.yaml (paths, infer), the speech data stage's test split and real voice
+        [--max-tokens N] [--params PARAMS]
+Reads:  RUN/params.yaml, or PARAMS (paths; infer, as `sonfolio transcribe --params` reads it:
+        its batch size and decode workers), the speech data stage's test split and real voice
         (<data>/real/, when the data stage built it), the exported `infer.variant` and the FP32
         model (converted to CTranslate2 int8 for faster-whisper: the same weights).
 Writes: benchmarks/results/longform.json and prints a table: per recording and engine, the wall
@@ -56,13 +57,13 @@ ENGINES = ("sonfolio", "faster_whisper", "faster_whisper_batched")
 
 def child(engine: str, audio: Path, model: Path, out: Path, args: argparse.Namespace) -> None:
     """One engine on one recording, in this (fresh) process; writes its text and peak RSS."""
-    threads = args.threads
+    threads, params = args.threads, args.params
     if engine == "sonfolio":
         from sonfolio.cli import main as cli
 
         text_file = out.with_suffix(".sonfolio.json")
         args = ["transcribe", str(audio), "--format", "json", "-o", str(text_file)]
-        args += ["--model", str(model), "--threads", str(threads)]
+        args += ["--model", str(model), "--threads", str(threads), "--params", str(params)]
         code = cli(args)
         if code:
             raise SystemExit(f"sonfolio transcribe exited {code}")
@@ -111,6 +112,8 @@ def run_child(engine: str, audio: Path, model: Path, work: Path, args: argparse.
         str(args.batch_size),
         "--max-tokens",
         str(args.max_tokens),
+        "--params",
+        str(args.params),
     ]
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
     start = time.perf_counter()
@@ -182,6 +185,9 @@ def main() -> None:
     parser.add_argument(
         "--max-tokens", type=int, help="a window's; default: infer.speech_max_tokens"
     )
+    parser.add_argument(
+        "--params", type=Path, help="what `sonfolio transcribe` reads; default: RUN/params.yaml"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument(
         "--child", nargs=4, metavar=("ENGINE", "AUDIO", "MODEL", "OUT"), help=argparse.SUPPRESS
@@ -191,7 +197,8 @@ def main() -> None:
         engine, audio, model, out = args.child
         child(engine, Path(audio), Path(model), Path(out), args)
         return
-    params = load_params(args.root / "params.yaml")
+    args.params = (args.params or args.root / "params.yaml").resolve()
+    params = load_params(args.params)
     paths, variant = params.paths.track("speech"), params.infer.variant
     args.max_tokens = args.max_tokens or params.infer.speech_max_tokens
     ours, fp32, data = (
@@ -240,6 +247,9 @@ def main() -> None:
         "threads": args.threads,
         "batched_batch_size": args.batch_size,
         "max_tokens_a_window": args.max_tokens,
+        "params": str(args.params),
+        "sonfolio_batch_size": params.infer.batch_size,
+        "sonfolio_decode_workers": params.infer.decode_workers,
         **cpu.run_conditions(load_before),
     }
     publish(args.out, result, print_table)

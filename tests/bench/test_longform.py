@@ -60,6 +60,9 @@ def test_longform_measures_each_engine_on_each_recording(tmp_path, monkeypatch):
     longform.main()
 
     result = json.loads(out.read_text())
+    # `sonfolio transcribe` read the run's params (its infer settings), not the checkout's
+    assert result["conditions"]["params"] == str((run / "params.yaml").resolve())
+    assert result["conditions"]["sonfolio_decode_workers"] == 2
     recs = result["recordings"]
     assert set(recs) == {"test", "real", "startup_5s"}
     with wave.open(str(run / "benchmarks/longform/test.wav")) as w:  # clips and pauses joined
