@@ -2,7 +2,7 @@
 start-up of a cold `sonfolio transcribe` on a 5-second clip.
 
 Run:    python -m benchmarks.longform [--root RUN] [--minutes 10] [--threads 2] [--batch-size 8]
-        [--max-tokens N] [--params PARAMS]
+        [--max-tokens N] [--params PARAMS] [--engines sonfolio ...]
 Reads:  RUN/params.yaml, or PARAMS (paths; infer, as `sonfolio transcribe --params` reads it:
         its batch size and decode workers), the speech data stage's test split and real voice
         (<data>/real/, when the data stage built it), the exported `infer.variant` and the FP32
@@ -188,6 +188,13 @@ def main() -> None:
     parser.add_argument(
         "--params", type=Path, help="what `sonfolio transcribe` reads; default: RUN/params.yaml"
     )
+    parser.add_argument(
+        "--engines",
+        nargs="+",
+        choices=ENGINES,
+        default=list(ENGINES),
+        help="a subset (e.g. sonfolio alone, to compare two params files)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument(
         "--child", nargs=4, metavar=("ENGINE", "AUDIO", "MODEL", "OUT"), help=argparse.SUPPRESS
@@ -222,6 +229,7 @@ def main() -> None:
     result: dict[str, Any] = {"recordings": {}}
     for name, rec in recs.items():
         engines = ("sonfolio", "faster_whisper") if name == "startup_5s" else ENGINES
+        engines = tuple(e for e in engines if e in args.engines)
         rows = {}
         for engine in engines:
             got = run_child(engine, Path(rec["file"]), models[engine], work, args)
@@ -232,7 +240,7 @@ def main() -> None:
                 "peak_rss_mb": round(got["peak_rss_mb"]),
                 "text_head": got["text"][:160],
             }
-        for peer in engines[1:]:
+        for peer in (e for e in engines if e != "sonfolio" and "sonfolio" in rows):
             rows["sonfolio"][f"wall_vs_{peer}"] = round(
                 rows["sonfolio"]["wall_s"] / rows[peer]["wall_s"], 3
             )

@@ -84,3 +84,15 @@ def test_longform_measures_each_engine_on_each_recording(tmp_path, monkeypatch):
             assert f"rss_vs_{peer}" in engines["sonfolio"]
     assert (run / "benchmarks/longform/ct2_int8/model.bin").is_file()  # the same weights, CT2
     assert result["conditions"]["cpu"]["summary"]
+
+    # ours alone, under another params file (e.g. one decode worker): no peer rows, no ratios
+    one = run / "one_worker.yaml"
+    one.write_text(text.replace("  decode_workers: 2 ", "  decode_workers: 1 "))
+    argv = [*argv[:-2], "--out", str(tmp_path / "ours.json"), "--engines", "sonfolio"]
+    monkeypatch.setattr(sys, "argv", ["longform", *argv, "--params", str(one)])
+    longform.main()
+    ours = json.loads((tmp_path / "ours.json").read_text())
+    assert ours["conditions"]["sonfolio_decode_workers"] == 1
+    for rec in ours["recordings"].values():
+        assert list(rec["engines"]) == ["sonfolio"]
+        assert not [k for k in rec["engines"]["sonfolio"] if k.startswith(("wall_vs", "rss_vs"))]
