@@ -7,6 +7,7 @@ sonfolio.variants) and measured by the bench stages (sonfolio.bench.loop_runtime
 from __future__ import annotations
 
 import functools
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -168,6 +169,7 @@ class OrtGreedy:
         self.enc = open_file(folder / ENCODER, threads, spin)
         release_freed_memory()
         self._decoders = {decoder_threads: self.decoder}
+        self._opening = threading.Lock()
         self.enc_input = self.enc.get_inputs()[0].name
         self.past = [i for i in self.decoder.get_inputs() if i.name.startswith("past_key_values")]
         self.presents = [o.name for o in self.decoder.get_outputs()][1:]
@@ -194,9 +196,10 @@ class OrtGreedy:
     def _decoder_for(self, batch: int) -> Any:
         """The decoder session for a batch of this size."""
         threads = self.threads if batch >= self.batch_threads else self.decoder_threads
-        if threads not in self._decoders:
-            self._decoders[threads] = self._open_decoder(threads)
-            release_freed_memory()
+        with self._opening:  # two threads decoding at once open it once
+            if threads not in self._decoders:
+                self._decoders[threads] = self._open_decoder(threads)
+                release_freed_memory()
         return self._decoders[threads]
 
     def _open_decoder(self, threads: int) -> Any:
