@@ -96,3 +96,12 @@ def test_longform_measures_each_engine_on_each_recording(tmp_path, monkeypatch):
     for rec in ours["recordings"].values():
         assert list(rec["engines"]) == ["sonfolio"]
         assert not [k for k in rec["engines"]["sonfolio"] if k.startswith(("wall_vs", "rss_vs"))]
+
+    # the child `sonfolio transcribe` reads that file itself: one whose audio limit refuses the
+    # recordings makes ours fail, naming the limit
+    strict = run / "strict.yaml"
+    strict.write_text(text.replace("    max_audio_s: 600 ", "    max_audio_s: 1 "))
+    assert strict.read_text() != text
+    monkeypatch.setattr(sys, "argv", ["longform", *argv, "--params", str(strict)])
+    with pytest.raises(SystemExit, match="max_audio_s"):
+        longform.main()

@@ -11,6 +11,7 @@ import io
 import json
 import subprocess
 import sys
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -213,12 +214,11 @@ def test_speech_is_heard_and_silence_and_noise_are_not(params: Params):
 
 
 class InventingModel:
-    """A speech variant's interface (processor, generate; no separate encode / decode) whose
-    model invents a sentence for anything it is given, as Whisper does for silence; it counts
-    the clips it decodes."""
+    """A speech variant's interface (processor, generate, generate_batches; no separate encode /
+    decode) whose model invents a sentence for anything it is given, as Whisper does for
+    silence; it counts the clips it decodes."""
 
     name = "inventing"
-    decodes_apart = False
 
     def __init__(self) -> None:
         self.processor = WhisperFeatureExtractor(chunk_length=8)
@@ -227,6 +227,13 @@ class InventingModel:
     def generate(self, feats: object, max_tokens: int) -> list[str]:
         self.decoded += len(feats)  # type: ignore[arg-type]
         return [INVENTED] * len(feats)  # type: ignore[arg-type]
+
+    def generate_batches(
+        self, batches: Iterable[object], max_tokens: int, workers: int = 1
+    ) -> Iterator[list[str]]:
+        # as Variant.generate_batches without decodes_apart: one batch after the other
+        for feats in batches:
+            yield self.generate(feats, max_tokens)
 
 
 def test_silence_gives_an_empty_flagged_text_and_is_never_decoded(params: Params):

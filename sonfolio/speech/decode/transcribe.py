@@ -64,10 +64,7 @@ def read_pieces(variant: Variant, pieces: list[np.ndarray], cfg: Infer) -> list[
         ]
 
     batches = (features(part) for part in parts)
-    if variant.decodes_apart:
-        texts = variant.generate_batches(batches, cfg.speech_max_tokens, cfg.decode_workers)
-    else:  # a variant without separate encode / decode (a stand-in, a test's)
-        texts = (variant.generate(x, cfg.speech_max_tokens) for x in batches)
+    texts = variant.generate_batches(batches, cfg.speech_max_tokens, cfg.decode_workers)
     said = [""] * len(pieces)
     for part, read in zip(parts, texts, strict=True):
         for i, text in zip(part, read, strict=True):
