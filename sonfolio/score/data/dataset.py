@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import random
 import statistics
 from collections import Counter
 from collections.abc import Sequence
@@ -38,6 +39,7 @@ from sonfolio.score.data.parse import SourceError, abc_tune_score, abc_tunes, pi
 from sonfolio.score.data.render import RenderJob, RenderSettings, render_batch
 from sonfolio.score.data.sources import Unit, display_name, list_units
 from sonfolio.score.data.synth import synth_systems
+from sonfolio.score.data.triplets import with_triplets
 
 if TYPE_CHECKING:
     from sonfolio.config.data import ScoreData, ScoreEngravers, ScoreLimits, ScoreSplit
@@ -191,17 +193,28 @@ def engraver_of(piece: str, cfg: ScoreEngravers, seed: int) -> str:
     )
 
 
-def plan(systems: list[tuple[System, str]], cfg: ScoreData) -> list[Entry]:
-    """Assign splits and image paths; stable order so ids never depend on worker timing."""
+def plan(
+    systems: list[tuple[System, str]], cfg: ScoreData, made: Counter[str] | None = None
+) -> list[Entry]:
+    """Assign splits and image paths; stable order so ids never depend on worker timing. A
+    `score_data.triplets` share of the train systems of real music get eighth triplets
+    (sonfolio.score.data.triplets; seeded by image), counted in `made["triplet_systems"]`."""
     entries: list[Entry] = []
     counters: Counter[str] = Counter()
+    made = Counter() if made is None else made
     for system, collection in sorted(systems, key=lambda sc: (sc[0].piece, sc[0].index)):
         split = split_of(system.piece, collection, cfg.split)
         image = f"images/{split}/{counters[split]:06d}.png"
         counters[split] += 1
         engraver = engraver_of(system.piece, cfg.engravers, cfg.seed)
+        text = system.text
+        if split == "train" and collection != "synthetic" and cfg.triplets > 0:
+            rng = random.Random(augment_seed(cfg.seed, f"triplets/{image}"))
+            if rng.random() < cfg.triplets and (rewritten := with_triplets(text, system.time, rng)):
+                text = rewritten
+                made["triplet_systems"] += 1
         entries.append(
-            Entry(image, system.text, system.piece, collection, split, system.time, system.bar,
+            Entry(image, text, system.piece, collection, split, system.time, system.bar,
                   engraver=engraver)
         )  # fmt: skip
     return entries
@@ -406,7 +419,8 @@ def build(
     dropped: Counter[str] = sum((p.dropped for p in parsed), Counter())
     systems = [(s, p.unit.collection) for p in parsed for s in p.systems]
     systems += synthetic(len(systems), cfg)
-    entries = plan(systems, cfg)
+    made: Counter[str] = Counter()
+    entries = plan(systems, cfg, made)
     check_splits(entries, cfg, "after parsing")  # before the costly rendering
     outcomes = render_all(entries, cfg, lilypond, out)
     dropped.update(r for r in outcomes if r is not None)
@@ -415,6 +429,6 @@ def build(
     kept += lines
     dropped.update(page_dropped)
     check_splits(kept, cfg, "after rendering")
-    stats = summarize(kept, skipped, dropped)
+    stats = summarize(kept, skipped, dropped) | {"triplet_systems": made["triplet_systems"]}
     log.info("kept %d systems %s; dropped %s", len(kept), stats["systems"], dict(dropped))
     return [asdict(e) for e in kept], stats

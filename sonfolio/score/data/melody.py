@@ -75,7 +75,7 @@ def spell(piece: Piece, height: int) -> str:
     """Pitch name in the key: its signature, a raised leading tone in minor, some chromatics."""
     rng = piece.rng
     step = STEPS[height % 7]
-    in_key = _key_alterations(piece.key).get(step, 0)
+    in_key = key_alterations(piece.key).get(step, 0)
     alter = in_key
     tonic, mode = piece.key
     if mode == "minor" and step == STEPS[(STEPS.index(tonic[0]) + 6) % 7] and rng.random() < 0.5:
@@ -91,7 +91,7 @@ def spell(piece: Piece, height: int) -> str:
     return pitch_name(step, alter, height // 7)
 
 
-def _key_alterations(key: tuple[str, str]) -> dict[str, int]:
+def key_alterations(key: tuple[str, str]) -> dict[str, int]:
     tonics = MAJOR_TONICS if key[1] == "major" else MINOR_TONICS
     sharps = tonics.index(key[0]) - 7
     if sharps >= 0:

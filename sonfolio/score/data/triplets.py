@@ -1,0 +1,132 @@
+"""Eighth-note triplets written into train systems of real music (score_data.triplets).
+
+The collections the default trains on (Bach chorales, Essen folk songs, a few quartets) hold
+almost no tuplets, while fiddle tunes, the held-out collection's kind of music, are full of
+them: trained so, the model read none of the 76 held-out systems with a triplet (eval@score,
+2026-11-28 run). This rewrites a beat of two plain eighths, `d'8 fis'8`, as the triplet a
+player would make of it, `\\tuplet 3/2 { d'8 e'8 fis'8 }` (the middle note: `middle`). The
+beat keeps its length, so the bars still add up; the result must pass the
+canonical grammar, else the system stays as it was.
+
+Only whole bars (their events adding up to the meter) of simple meters (x/4), only two plain
+eighths starting on a beat, with no tie into the first and nothing on either (no tie, mark,
+slur or dynamic), so the music stays plausible. The data stage applies it to train systems
+only: val, test and held-out texts are never touched.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from fractions import Fraction
+
+from sonfolio.score.common import canonical as cn
+from sonfolio.score.common.lexicon import (
+    CHORD_END,
+    GRACES,
+    NOTE,
+    PITCH,
+    REST,
+    STEPS,
+    dur_value,
+    pitch_name,
+    pitch_order,
+)
+from sonfolio.score.data.melody import key_alterations
+
+_EIGHTH = re.compile(rf"({PITCH.pattern})8")  # a plain eighth: no dots, no tie
+_SIMPLE_TIME = re.compile(r"([1-9][0-9]?)/4")
+_BEAT = Fraction(1, 4)
+# a token that starts the next event or bar: the eighth before it carries nothing of its own
+_NEXT_EVENT = re.compile(rf"\||r[0-9]|<|{PITCH.pattern}[0-9]")
+# commands that change the lengths of what follows, or the meter: a bar holding one is left
+_LENGTH_COMMANDS = ("\\tuplet", "\\time", "\\partial", *GRACES)
+
+
+def _is_event(tok: str) -> bool:
+    return bool(NOTE.fullmatch(tok) or REST.fullmatch(tok)) or tok.startswith("<")
+
+
+def _key(tokens: list[str]) -> tuple[str, str] | None:
+    for i, tok in enumerate(tokens[:-2]):
+        if tok == "\\key":
+            return tokens[i + 1], tokens[i + 2].lstrip("\\")
+    return None
+
+
+def middle(first: str, last: str, alterations: dict[str, int]) -> str:
+    """The triplet's middle note: a step from `first` towards `last` where they are a third
+    or more apart (a passing note), `first` again where they are a step apart, the step above
+    where they are the same (a neighbour); spelt as the key (`alterations`: step ->
+    alteration) spells that step."""
+    here, there = pitch_order(first)[0], pitch_order(last)[0]
+    gap = there - here
+    position = here + (1 if gap == 0 else 0 if abs(gap) == 1 else (1 if gap > 0 else -1))
+    step = STEPS[position % 7]
+    return pitch_name(step, alterations.get(step, 0), position // 7)
+
+
+def _beats(bar: list[str], length: Fraction) -> list[int]:
+    """Indices in `bar` of the first eighth of each beat made of two plain eighths; none when
+    the bar is not whole (`length`) or holds a command that changes lengths."""
+    if any(tok in _LENGTH_COMMANDS or tok in ("{", "}") for tok in bar):
+        return []
+    onset, found, chord, tied = Fraction(0), [], False, False
+    for i, tok in enumerate(bar):
+        if chord or tok.startswith("<"):
+            end = CHORD_END.fullmatch(tok)
+            chord = end is None
+            if end:
+                onset += dur_value(end.group(2), end.group(3))
+                tied = tok.endswith("~")
+            continue
+        note, rest = NOTE.fullmatch(tok), REST.fullmatch(tok)
+        if note is None and rest is None:
+            continue  # a marking or a clef: no length
+        if (
+            note is not None
+            and not tied  # a note tied into keeps its place
+            and onset % _BEAT == 0
+            and _EIGHTH.fullmatch(tok)
+            and i + 1 < len(bar)
+            and _EIGHTH.fullmatch(bar[i + 1])
+            and (i + 2 == len(bar) or _NEXT_EVENT.match(bar[i + 2]))
+        ):
+            found.append(i)
+        onset += dur_value(note.group(2), note.group(3)) if note else dur_value(*rest.groups())
+        tied = tok.endswith("~")
+    return found if onset == length else []
+
+
+def with_triplets(
+    text: str, time: str | None, rng: random.Random, per_beat: float = 0.5
+) -> str | None:
+    """`text` with beats of two plain eighths made eighth triplets (each such beat with
+    probability `per_beat`, at least one), or None where none can be: no simple meter, no such
+    beat, or a result the grammar refuses. `time`: the time in force when the header prints
+    none."""
+    tokens = text.split(" ")
+    meter = _SIMPLE_TIME.fullmatch(cn.header_time(text) or time or "")
+    start = next((i for i, tok in enumerate(tokens) if _is_event(tok)), None)
+    if meter is None or start is None:
+        return None
+    length = Fraction(int(meter.group(1)), 4)
+    key = _key(tokens[:start])
+    alterations = key_alterations(key) if key else {}
+    bars: list[list[str]] = [[]]
+    for tok in tokens[start:]:
+        if tok == "|":
+            bars.append([])
+        else:
+            bars[-1].append(tok)
+    candidates = [(b, i) for b, bar in enumerate(bars) for i in _beats(bar, length)]
+    if not candidates:
+        return None
+    chosen = [c for c in candidates if rng.random() < per_beat] or [rng.choice(candidates)]
+    for b, i in sorted(chosen, reverse=True):
+        bar = bars[b]
+        first, last = bar[i][:-1], bar[i + 1][:-1]
+        bar[i : i + 2] = ["\\tuplet", "3/2", "{", bar[i], middle(first, last, alterations) + "8",
+                          bar[i + 1], "}"]  # fmt: skip
+    out = " ".join([*tokens[:start], " | ".join(" ".join(bar) for bar in bars)])
+    return out if cn.is_canonical(out, time) else None

@@ -1,0 +1,122 @@
+"""Eighth triplets written into train systems (score_data.triplets): where they go, what they
+keep, and that only train systems of real music get them."""
+
+from __future__ import annotations
+
+import random
+import re
+from collections import Counter
+
+import pytest
+from pydantic import ValidationError
+
+from sonfolio.config.data import ScoreData
+from sonfolio.config.params import Params
+from sonfolio.score.common import canonical as cn
+from sonfolio.score.common.canonical import System
+from sonfolio.score.data.dataset import plan, split_of
+from sonfolio.score.data.triplets import middle, with_triplets
+
+REEL = (
+    "\\clef treble \\key d \\major \\time 4/4 \\partial 4 a'8 b'8 | "
+    "d''8 a'8 fis'8 a'8 d'4 fis'8 a'8 | b'8 b'8 a'4 g'8 ( fis'8 ) e'8 d'8 | "
+    "fis'8 -. a'8 d''8 fis''8~ fis''4 e''8 cis''8"
+)
+TUPLET = re.compile(r"\\tuplet 3/2 \{ (\S+) (\S+) (\S+) \}")
+
+
+def _untripled(text: str) -> str:
+    """The text with each triplet put back as the two eighths it was made of."""
+    return TUPLET.sub(lambda m: f"{m.group(1)} {m.group(3)}", text)
+
+
+def test_a_beat_of_two_eighths_becomes_a_triplet_and_the_rest_stays():
+    out = with_triplets(REEL, None, random.Random(0), per_beat=1.0)
+    assert out is not None and cn.is_canonical(out)
+    # every bar still adds up, and nothing but the rewritten beats changed
+    assert cn.bar_lengths(out) == cn.bar_lengths(REEL)
+    assert _untripled(out) == REEL
+    triplets = TUPLET.findall(out)
+    # the beats that qualify: in bar 1 all three of eighths, in bar 2 b'-b' and e'-d' (not
+    # g'8 ( fis'8 ): a slur), in bar 3 the last (not fis'8 -., a mark; not d''8 fis''8~, a tie);
+    # never the pickup
+    assert triplets == [
+        ("d''8", "cis''8", "a'8"),  # a passing note, as D major spells it (not c'')
+        ("fis'8", "g'8", "a'8"),
+        ("fis'8", "g'8", "a'8"),
+        ("b'8", "cis''8", "b'8"),  # the same note twice: the step above
+        ("e'8", "e'8", "d'8"),  # a step apart: the first note again
+        ("e''8", "d''8", "cis''8"),
+    ]
+    assert "\\partial 4 a'8 b'8 |" in out and "g'8 ( fis'8 )" in out
+    assert "fis'8 -. a'8" in out and "fis''8~ fis''4" in out
+
+
+def test_middle_notes_follow_the_key():
+    assert middle("d'", "fis'", {"f": 1, "c": 1}) == "e'"
+    assert middle("a'", "cis''", {"f": 1, "c": 1}) == "b'"
+    assert middle("b'", "d''", {"f": 1, "c": 1}) == "cis''"
+    assert middle("f'", "d'", {"b": -1}) == "e'"
+    assert middle("b'", "b'", {"b": -1}) == "c''"
+    assert middle("c'", "b", {}) == "c'"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "\\clef treble \\key g \\major \\time 6/8 d'8 e'8 fis'8 g'8 a'8 b'8",  # compound meter
+        "\\clef treble \\key g \\major \\time 2/4 d'8 e'8~ e'8 fis'8",  # a tie out of the beat
+        "\\clef treble \\key g \\major \\time 2/4 \\tuplet 3/2 { d'8 e'8 fis'8 } g'8 a'8",
+        "\\clef treble \\key g \\major \\time 2/4 d'8 ( e'8 ) fis'8 -> g'8",  # marks on both
+        "\\clef treble \\key g \\major \\time 2/4 d'4 e'4",  # no eighths
+        "\\clef treble \\key g \\major \\time 2/4 \\partial 4 d'8 e'8",  # a pickup only
+    ],
+)
+def test_no_triplet_where_the_beat_does_not_allow_one(text):
+    assert cn.is_canonical(text)
+    assert with_triplets(text, None, random.Random(0), per_beat=1.0) is None
+
+
+def test_a_continuation_line_reads_the_time_in_force():
+    line = "\\clef bass \\key f \\major f8 a8 c'8 a8 | bes2"
+    assert with_triplets(line, "6/8", random.Random(0), per_beat=1.0) is None
+    out = with_triplets(line, "2/4", random.Random(0), per_beat=1.0)
+    assert out is not None and cn.is_canonical(out, "2/4")
+    assert _untripled(out) == line
+
+
+def _systems() -> list[tuple[System, str]]:
+    body = "d''8 a'8 fis'8 a'8 d'4 fis'8 a'8 | b'8 b'8 a'4 g'8 fis'8 e'8 d'8"
+    text = f"\\clef treble \\key d \\major \\time 4/4 {body}"
+    systems = [(System(text, f"folk/tune{i}", 0), "folk") for i in range(40)]
+    systems += [(System(text, f"irish/tune{i}", 0), "irish") for i in range(5)]
+    systems += [(System(text, f"synth/{i}", 0), "synthetic") for i in range(10)]
+    return systems
+
+
+def test_only_train_systems_of_real_music_get_triplets(params: Params):
+    cfg = params.score_data.model_copy(update={"triplets": 1.0})
+    made: Counter[str] = Counter()
+    entries = plan(_systems(), cfg, made)
+    original = _systems()[0][0].text
+    changed = [e for e in entries if e.text != original]
+    assert changed and all(e.split == "train" and e.collection == "folk" for e in changed)
+    assert made["triplet_systems"] == len(changed)
+    trained = [e for e in entries if e.split == "train" and e.collection == "folk"]
+    assert len(changed) == len(trained)  # every one has a beat that qualifies
+    for e in entries:
+        if e.split != "train" or e.collection == "synthetic":
+            assert e.text == original, e
+    assert {e.split for e in entries if e.collection == "irish"} == {"heldout"}
+    assert any(split_of(f"folk/tune{i}", "folk", cfg.split) != "train" for i in range(40))
+    # seeded: the same systems give the same texts
+    assert [e.text for e in plan(_systems(), cfg)] == [e.text for e in entries]
+    # off: nothing changes
+    off = plan(_systems(), params.score_data.model_copy(update={"triplets": 0.0}))
+    assert all(e.text == original for e in off)
+
+
+def test_the_share_is_a_fraction(params: Params):
+    data = params.score_data.model_dump()
+    with pytest.raises(ValidationError, match="triplets"):
+        ScoreData.model_validate({**data, "triplets": 1.5})
