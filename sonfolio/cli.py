@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 from sonfolio.config.base import ParamsError
-from sonfolio.config.params import load_params
 from sonfolio.infer.commands import COMMANDS as INFERENCE_COMMANDS
 from sonfolio.infer.commands import add_commands as add_inference_commands
 from sonfolio.infer.commands import handle as run_inference_command
@@ -18,6 +17,8 @@ log = logging.getLogger(__name__)
 
 def check_params(path: str) -> int:
     """Validate params.yaml without running anything; exit 1 with every problem listed."""
+    from sonfolio.config.params import load_params
+
     try:
         params = load_params(path)
     except ParamsError as err:
@@ -62,6 +63,7 @@ def doctor(params_path: Path, tracks: list[str], as_json: bool, models: list[Pat
 
     from rich.console import Console
 
+    from sonfolio.config.params import load_params
     from sonfolio.doctor import MATMUL_SECONDS, diagnose, log_to_stderr, render
 
     log_to_stderr()
@@ -96,6 +98,7 @@ def estimate(
 
     from rich.console import Console
 
+    from sonfolio.config.params import load_params
     from sonfolio.doctor import log_to_stderr
     from sonfolio.estimate import MissingInput, PriceTableError, render
     from sonfolio.estimate import estimate as measure_and_price

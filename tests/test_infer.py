@@ -183,6 +183,33 @@ def test_transcribe_reads_flac_and_ogg_as_well_as_wav(files, capsys, tmp_path):
     ]
 
 
+def test_the_commands_read_only_their_sections_of_params(files, capsys, tmp_path):
+    import yaml
+
+    raw = yaml.safe_load(files["params"].read_text())
+    del raw["score_data"]["triplets"]  # a training section from another version of the project
+    raw["speech_train"]["lr"] = "fast"
+    older = tmp_path / "older.yaml"
+    older.write_text(yaml.safe_dump(raw))
+    wav, speech = str(files["wav"]), str(files["speech"])
+    argv = ["--params", str(older), "--threads", "1", "--device", "cpu"]
+    assert main(["transcribe", wav, "--model", speech, *argv]) == 0
+    image, score = str(files["root"] / "system.png"), str(files["score"])
+    assert main(["read", image, "--model", score, *argv]) == 0
+    capsys.readouterr()
+    # what they read is still checked, by name, before any model loads
+    raw["infer"]["speech_max_tokens"] = 0
+    older.write_text(yaml.safe_dump(raw))
+    assert main(["transcribe", wav, "--model", speech, *argv]) == 2
+    err = capsys.readouterr().err
+    assert "infer.speech_max_tokens" in err
+    assert "score_data" not in err and "speech_train" not in err
+    # and check-params, as every stage, still reads the whole file
+    assert main(["check-params", str(older)]) == 1
+    err = capsys.readouterr().err
+    assert "score_data.triplets" in err and "speech_train.lr" in err
+
+
 @pytest.mark.parametrize(
     ("command", "message"),
     [

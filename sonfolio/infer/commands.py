@@ -89,12 +89,22 @@ def _log_to_stderr() -> None:
     )
 
 
-def _params(path: Path) -> Any:
+def _params(path: Path, whole: bool = False) -> Any:
+    """params.yaml as `read` and `transcribe` use it: `paths` and `infer` validated, the other
+    sections left unread (as a stage reads only its own: an older or half-edited training
+    section does not stop an inference, and their schemas are not built at start-up); `whole`
+    (serve, which also engraves with score_data.lilypond): every section."""
     from sonfolio.config.base import ParamsError
-    from sonfolio.config.params import load_params
 
     try:
-        return load_params(path)
+        if whole:
+            from sonfolio.config.params import load_params
+
+            return load_params(path)
+        from sonfolio.config.commands import InferParams
+        from sonfolio.config.sections import read_sections
+
+        return read_sections(InferParams, path)
     except ParamsError as err:
         raise CommandError(f"{err}\n(the commands read infer/serve settings from it)") from None
 
@@ -256,7 +266,7 @@ def run_serve(args: argparse.Namespace) -> int:
     from sonfolio.serve import create_app, return_freed_memory, server_config
 
     return_freed_memory()  # before any thread starts: see its docstring
-    params = _params(args.params)
+    params = _params(args.params, whole=True)
     cfg = params.serve
     host, port = args.host or cfg.host, args.port or cfg.port
     cfg = cfg.model_copy(update={"host": host, "port": port})  # the app hides more off loopback
