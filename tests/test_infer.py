@@ -277,7 +277,9 @@ def test_audio_cuts_that_do_not_fit_the_model_window_fail_at_load(files, capsys,
 
 @pytest.fixture(scope="module")
 def int8_exports(files, params):
-    """Both tiny models exported and quantized by the export stages' own functions."""
+    """Both tiny models exported and quantized by the export stages' own functions, with the
+    fused decoder the stage writes beside each (the one the ORT loop opens)."""
+    from sonfolio.export.decoder_step import write_fused
     from sonfolio.export.fp32 import export_fp32
     from sonfolio.export.int8 import quantize_int8
 
@@ -289,6 +291,7 @@ def int8_exports(files, params):
         fp32, int8 = files["root"] / f"{track}_onnx_fp32", files["root"] / f"{track}_int8"
         export_fp32(files[track], fp32, task, params.export)
         quantize_int8(fp32, int8, params.export)
+        write_fused(int8)
         exported[track] = int8
     return exported
 
@@ -309,7 +312,7 @@ def test_read_and_transcribe_with_int8_onnx_exports(files, capsys, int8_exports)
 @pytest.mark.slow
 def test_the_inference_path_imports_neither_torch_nor_transformers(files, int8_exports):
     # `read`, `transcribe` and the service on ONNX variants: their memory and start-up are
-    # the runtime's, not torch's and transformers' (~300 MB, seconds of imports)
+    # the runtime's, not torch's and transformers' (~300 MB, seconds of imports), nor onnx's
     common = ["--params", str(files["params"]), "--threads", "1", "--device", "cpu"]
     read = ["read", str(files["root"] / "page.png"), "--model", str(int8_exports["score"])]
     hear = ["transcribe", str(files["long"]), "--model", str(int8_exports["speech"])]
@@ -321,6 +324,8 @@ from sonfolio.config.params import load_params
 from sonfolio.serve import create_app
 assert main({[*read, *common]!r}) == 0
 assert main({[*hear, *common]!r}) == 0
+# nor onnx (~70 ms of a cold start): the export wrote the decoder the loop opens
+print("ONNX", "onnx" in sys.modules)
 p = load_params({str(files["params"])!r})
 app = create_app(p.infer, p.serve, {str(int8_exports["score"])!r}, {str(int8_exports["speech"])!r},
                  threads=1, device="cpu")
@@ -333,6 +338,7 @@ print("HEAVY", sorted({{m.split(".")[0] for m in sys.modules}} & {{"torch", "tra
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.splitlines()[-1] == "HEAVY []"
+    assert "ONNX False" in out.stdout.splitlines()
 
 
 def test_a_page_with_no_staff_says_so_and_its_ly_engraves_nothing(files, caplog, tmp_path):

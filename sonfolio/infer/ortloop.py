@@ -207,12 +207,15 @@ class OrtGreedy:
         folder without one (an older export, optimum's own), the same graph built from the
         merged decoder now (sonfolio.export.decoder_step.joint_decoder); without
         `fuse_attention`, built with the with-past branch's attention as exported."""
-        from sonfolio.export.decoder_step import joint_decoder
         from sonfolio.export.layout import DECODER, DECODER_FUSED, load_onnx
 
         stored = self.folder / DECODER_FUSED
         if self.fuse_attention and stored.is_file():
             return open_file(stored, threads, self.spin)
+        # imported only here: it imports onnx (~70 ms of a cold start), which the stored file
+        # does not need
+        from sonfolio.export.decoder_step import joint_decoder
+
         # parsed here rather than kept since start-up: a large decoder's proto is GBs
         joint = joint_decoder(load_onnx(self.folder / DECODER), fuse=self.fuse_attention)
         data = joint.SerializeToString()
