@@ -53,6 +53,8 @@ def test_a_beat_of_two_eighths_becomes_a_triplet_and_the_rest_stays():
 
 
 def test_middle_notes_follow_the_key():
+    assert cn.header_key(REEL) == ("d", "major")
+    assert cn.header_key("\\clef bass \\key bes \\minor f8") == ("bes", "minor")
     assert middle("d'", "fis'", {"f": 1, "c": 1}) == "e'"
     assert middle("a'", "cis''", {"f": 1, "c": 1}) == "b'"
     assert middle("b'", "d''", {"f": 1, "c": 1}) == "cis''"

@@ -110,6 +110,13 @@ def bar_lengths(text: str, time: str | None = None) -> list[Fraction]:
     return _valid(text, time).lengths
 
 
+def header_key(text: str) -> tuple[str, str] | None:
+    """The key a system's header prints (`\\key T \\major` right after the clef): (tonic,
+    mode), if any."""
+    toks = text.split(" ")
+    return (toks[3], toks[4].lstrip("\\")) if len(toks) > 4 and toks[2] == "\\key" else None
+
+
 def header_time(text: str) -> str | None:
     """The time signature a system's header prints (`\\time N/D` right after the key), if any."""
     toks = text.split(" ")

@@ -37,21 +37,15 @@ from sonfolio.score.data.melody import key_alterations
 _EIGHTH = re.compile(rf"({PITCH.pattern})8")  # a plain eighth: no dots, no tie
 _SIMPLE_TIME = re.compile(r"([1-9][0-9]?)/4")
 _BEAT = Fraction(1, 4)
-# a token that starts the next event or bar: the eighth before it carries nothing of its own
-_NEXT_EVENT = re.compile(rf"\||r[0-9]|<|{PITCH.pattern}[0-9]")
+# a token that starts the next event: the eighth before it carries nothing of its own (a bar's
+# last eighth is followed by nothing: bars are split at `|`)
+_NEXT_EVENT = re.compile(rf"r[0-9]|<|{PITCH.pattern}[0-9]")
 # commands that change the lengths of what follows, or the meter: a bar holding one is left
 _LENGTH_COMMANDS = ("\\tuplet", "\\time", "\\partial", *GRACES)
 
 
 def _is_event(tok: str) -> bool:
     return bool(NOTE.fullmatch(tok) or REST.fullmatch(tok)) or tok.startswith("<")
-
-
-def _key(tokens: list[str]) -> tuple[str, str] | None:
-    for i, tok in enumerate(tokens[:-2]):
-        if tok == "\\key":
-            return tokens[i + 1], tokens[i + 2].lstrip("\\")
-    return None
 
 
 def middle(first: str, last: str, alterations: dict[str, int]) -> str:
@@ -111,7 +105,7 @@ def with_triplets(
     if meter is None or start is None:
         return None
     length = Fraction(int(meter.group(1)), 4)
-    key = _key(tokens[:start])
+    key = cn.header_key(text)
     alterations = key_alterations(key) if key else {}
     bars: list[list[str]] = [[]]
     for tok in tokens[start:]:
