@@ -187,10 +187,16 @@ class Variant:
                 yield self.generate(x, max_new_tokens)
             return
         pending = iter(batches)
+        taken = list(islice(pending, workers))
+        if len(taken) < 2:  # one batch in all (a short recording): no pool to start
+            for x in taken:
+                yield self.generate(x, max_new_tokens)
+            return
         with ThreadPoolExecutor(workers, thread_name_prefix="decode") as pool:
-            while group := [(self.encode(x), len(x)) for x in islice(pending, workers)]:
+            while group := [(self.encode(x), len(x)) for x in taken]:
                 for ids in pool.map(lambda job: self.decode(*job, max_new_tokens), group):
                     yield self.tokenizer.batch_decode(ids, skip_special_tokens=True)
+                taken = list(islice(pending, workers))
 
     def _tensor(self, inputs: Any) -> Any:
         """`inputs` as a torch tensor where the model runs (torch's device; optimum: CPU)."""

@@ -220,7 +220,9 @@ def test_a_batch_encoded_in_groups_gives_each_groups_own_states(hub_whisper_int8
     assert len(loop.generate(x, 6, True)) == 5
 
 
-def test_long_audio_decoded_two_batches_at_once_reads_as_one_at_a_time(hub_whisper_onnx, params):
+def test_long_audio_decoded_two_batches_at_once_reads_as_one_at_a_time(
+    hub_whisper_onnx, params, monkeypatch
+):
     """`infer.decode_workers`: a long recording's batches encoded in turn and decoded side by
     side, one thread each, give the texts of decoding one batch at a time, each in its own
     piece's place (pieces are batched by length, so the order is restored)."""
@@ -251,6 +253,8 @@ def test_long_audio_decoded_two_batches_at_once_reads_as_one_at_a_time(hub_whisp
     cfg = params.infer.model_copy(update={"batch_size": 2, "speech_max_tokens": 8})
     apart = read_pieces(variant, pieces, cfg.model_copy(update={"decode_workers": 2}))
     in_turn = read_pieces(variant, pieces, cfg.model_copy(update={"decode_workers": 1}))
-    alone = [read_pieces(variant, [p], cfg)[0] for p in pieces]
+    with monkeypatch.context() as m:  # one batch in all starts no threads
+        m.setattr("sonfolio.variants.ThreadPoolExecutor", None)
+        alone = [read_pieces(variant, [p], cfg)[0] for p in pieces]
     assert apart == in_turn == alone
     assert len(set(alone)) > 1  # the pieces read differently: a mixed-up order would show
