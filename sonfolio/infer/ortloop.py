@@ -196,6 +196,8 @@ class OrtGreedy:
     def _decoder_for(self, batch: int) -> Any:
         """The decoder session for a batch of this size."""
         threads = self.threads if batch >= self.batch_threads else self.decoder_threads
+        if (opened := self._decoders.get(threads)) is not None:  # no lock once it is open
+            return opened
         with self._opening:  # two threads decoding at once open it once
             if threads not in self._decoders:
                 self._decoders[threads] = self._open_decoder(threads)
