@@ -171,6 +171,7 @@ class ScoreData(Strict):
     sources: Annotated[list[ScoreSource], Field(min_length=1)]
     synthetic_fraction: Annotated[float, Field(ge=0.0, lt=1.0)]
     triplets: Fraction01  # share of train systems of real music given eighth triplets
+    dotted: Fraction01  # share of train systems of real music given dotted eighth pairs
     bars_per_system: Annotated[int, Field(ge=1, le=16)]
     engravers: ScoreEngravers
     pages: ScorePages

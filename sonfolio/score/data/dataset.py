@@ -37,9 +37,9 @@ from sonfolio.score.data.convert import systems_from_score
 from sonfolio.score.data.page_data import PageJob, PageResult, chosen, layout_for, page_systems
 from sonfolio.score.data.parse import SourceError, abc_tune_score, abc_tunes, pieces_from_file
 from sonfolio.score.data.render import RenderJob, RenderSettings, render_batch
+from sonfolio.score.data.rhythms import with_dotted, with_triplets
 from sonfolio.score.data.sources import Unit, display_name, list_units
 from sonfolio.score.data.synth import synth_systems
-from sonfolio.score.data.triplets import with_triplets
 
 if TYPE_CHECKING:
     from sonfolio.config.data import ScoreData, ScoreEngravers, ScoreLimits, ScoreSplit
@@ -197,8 +197,9 @@ def plan(
     systems: list[tuple[System, str]], cfg: ScoreData, made: Counter[str] | None = None
 ) -> list[Entry]:
     """Assign splits and image paths; stable order so ids never depend on worker timing. A
-    `score_data.triplets` share of the train systems of real music get eighth triplets
-    (sonfolio.score.data.triplets; seeded by image), counted in `made["triplet_systems"]`."""
+    `score_data.triplets` share of the train systems of real music get eighth triplets, and a
+    `score_data.dotted` share dotted pairs (sonfolio.score.data.rhythms; each drawn apart,
+    seeded by image), counted in `made["triplet_systems"]` and `made["dotted_systems"]`."""
     entries: list[Entry] = []
     counters: Counter[str] = Counter()
     made = Counter() if made is None else made
@@ -208,11 +209,15 @@ def plan(
         counters[split] += 1
         engraver = engraver_of(system.piece, cfg.engravers, cfg.seed)
         text = system.text
-        if split == "train" and collection != "synthetic" and cfg.triplets > 0:
-            rng = random.Random(augment_seed(cfg.seed, f"triplets/{image}"))
-            if rng.random() < cfg.triplets and (rewritten := with_triplets(text, system.time, rng)):
-                text = rewritten
-                made["triplet_systems"] += 1
+        if split == "train" and collection != "synthetic":
+            for name, share, rewrite, count in (
+                ("triplets", cfg.triplets, with_triplets, "triplet_systems"),
+                ("dotted", cfg.dotted, with_dotted, "dotted_systems"),
+            ):
+                rng = random.Random(augment_seed(cfg.seed, f"{name}/{image}"))
+                if share > 0 and rng.random() < share and (got := rewrite(text, system.time, rng)):
+                    text = got
+                    made[count] += 1
         entries.append(
             Entry(image, text, system.piece, collection, split, system.time, system.bar,
                   engraver=engraver)
@@ -429,6 +434,9 @@ def build(
     kept += lines
     dropped.update(page_dropped)
     check_splits(kept, cfg, "after rendering")
-    stats = summarize(kept, skipped, dropped) | {"triplet_systems": made["triplet_systems"]}
+    stats = summarize(kept, skipped, dropped) | {
+        "triplet_systems": made["triplet_systems"],
+        "dotted_systems": made["dotted_systems"],
+    }
     log.info("kept %d systems %s; dropped %s", len(kept), stats["systems"], dict(dropped))
     return [asdict(e) for e in kept], stats

@@ -1,5 +1,6 @@
-"""Eighth triplets written into train systems (score_data.triplets): where they go, what they
-keep, and that only train systems of real music get them."""
+"""Eighth triplets and dotted pairs written into train systems (score_data.triplets,
+score_data.dotted): where they go, what they keep, and that only train systems of real music
+get them."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from sonfolio.config.params import Params
 from sonfolio.score.common import canonical as cn
 from sonfolio.score.common.canonical import System
 from sonfolio.score.data.dataset import plan, split_of
-from sonfolio.score.data.triplets import middle, with_triplets
+from sonfolio.score.data.rhythms import middle, with_dotted, with_triplets
 
 REEL = (
     "\\clef treble \\key d \\major \\time 4/4 \\partial 4 a'8 b'8 | "
@@ -52,6 +53,25 @@ def test_a_beat_of_two_eighths_becomes_a_triplet_and_the_rest_stays():
     assert "fis'8 -. a'8" in out and "fis''8~ fis''4" in out
 
 
+DOTTED = re.compile(r"(\S+)8\. (\S+)16(?= |$)")
+
+
+def test_a_beat_of_two_eighths_becomes_a_dotted_pair_and_the_rest_stays():
+    out = with_dotted(REEL, None, random.Random(0), per_beat=1.0)
+    assert out is not None and cn.is_canonical(out)
+    assert cn.bar_lengths(out) == cn.bar_lengths(REEL)
+    # the same beats as the triplets' qualify, and only the lengths change
+    assert DOTTED.sub(lambda m: f"{m.group(1)}8 {m.group(2)}8", out) == REEL
+    assert DOTTED.findall(out) == [
+        ("d''", "a'"), ("fis'", "a'"), ("fis'", "a'"), ("b'", "b'"), ("e'", "d'"), ("e''", "cis''"),
+    ]  # fmt: skip
+    assert "\\partial 4 a'8 b'8 |" in out and "g'8 ( fis'8 )" in out
+    # per_beat below 1: some beats, at least one, and the same ones for the same seed
+    some = with_dotted(REEL, None, random.Random(5), per_beat=0.3)
+    assert some is not None and 1 <= len(DOTTED.findall(some)) < 6
+    assert some == with_dotted(REEL, None, random.Random(5), per_beat=0.3)
+
+
 def test_middle_notes_follow_the_key():
     assert cn.header_key(REEL) == ("d", "major")
     assert cn.header_key("\\clef bass \\key bes \\minor f8") == ("bes", "minor")
@@ -74,9 +94,10 @@ def test_middle_notes_follow_the_key():
         "\\clef treble \\key g \\major \\time 2/4 \\partial 4 d'8 e'8",  # a pickup only
     ],
 )
-def test_no_triplet_where_the_beat_does_not_allow_one(text):
+def test_no_rewrite_where_the_beat_does_not_allow_one(text):
     assert cn.is_canonical(text)
     assert with_triplets(text, None, random.Random(0), per_beat=1.0) is None
+    assert with_dotted(text, None, random.Random(0), per_beat=1.0) is None
 
 
 def test_a_continuation_line_reads_the_time_in_force():
@@ -96,14 +117,17 @@ def _systems() -> list[tuple[System, str]]:
     return systems
 
 
-def test_only_train_systems_of_real_music_get_triplets(params: Params):
-    cfg = params.score_data.model_copy(update={"triplets": 1.0})
+@pytest.mark.parametrize(
+    "share,count", [("triplets", "triplet_systems"), ("dotted", "dotted_systems")]
+)
+def test_only_train_systems_of_real_music_get_the_rhythms(params: Params, share, count):
+    cfg = params.score_data.model_copy(update={"triplets": 0.0, "dotted": 0.0, share: 1.0})
     made: Counter[str] = Counter()
     entries = plan(_systems(), cfg, made)
     original = _systems()[0][0].text
     changed = [e for e in entries if e.text != original]
     assert changed and all(e.split == "train" and e.collection == "folk" for e in changed)
-    assert made["triplet_systems"] == len(changed)
+    assert made[count] == len(changed) and sum(made.values()) == len(changed)
     trained = [e for e in entries if e.split == "train" and e.collection == "folk"]
     assert len(changed) == len(trained)  # every one has a beat that qualifies
     for e in entries:
@@ -114,11 +138,30 @@ def test_only_train_systems_of_real_music_get_triplets(params: Params):
     # seeded: the same systems give the same texts
     assert [e.text for e in plan(_systems(), cfg)] == [e.text for e in entries]
     # off: nothing changes
-    off = plan(_systems(), params.score_data.model_copy(update={"triplets": 0.0}))
+    off = plan(_systems(), cfg.model_copy(update={share: 0.0}))
     assert all(e.text == original for e in off)
+
+
+def test_triplets_and_dotted_pairs_drawn_apart(params: Params):
+    """Both on: each drawn on its own (a share of about a half each here), a system may get
+    both, and the triplets drawn are the ones drawn with dotted pairs off."""
+    both = params.score_data.model_copy(update={"triplets": 0.5, "dotted": 0.5})
+    made: Counter[str] = Counter()
+    entries = plan(_systems(), both, made)
+    alone = plan(_systems(), both.model_copy(update={"dotted": 0.0}))
+    with_tuplet = [e.image for e in entries if "\\tuplet" in e.text]
+    assert with_tuplet == [e.image for e in alone if "\\tuplet" in e.text]
+    assert made["triplet_systems"] == len(with_tuplet) > 0
+    dotted = [e for e in entries if DOTTED.search(e.text)]
+    assert made["dotted_systems"] == len(dotted) > 0
+    trained = sum(e.split == "train" and e.collection == "folk" for e in entries)
+    assert len(with_tuplet) < trained and len(dotted) < trained
+    for e in entries:  # every bar still adds up
+        assert cn.is_canonical(e.text), e
 
 
 def test_the_share_is_a_fraction(params: Params):
     data = params.score_data.model_dump()
-    with pytest.raises(ValidationError, match="triplets"):
-        ScoreData.model_validate({**data, "triplets": 1.5})
+    for share in ("triplets", "dotted"):
+        with pytest.raises(ValidationError, match=share):
+            ScoreData.model_validate({**data, share: 1.5})
