@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
+import json
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -43,3 +46,40 @@ def publish(out: Path, result: dict[str, Any], table: Any) -> None:
     write_json(out, result)
     table(result)
     print(f"wrote {out}")
+
+
+def override(
+    params: dict[str, Any], overrides: dict[str, Any], sections: tuple[str, ...], who: str
+) -> dict[str, Any]:
+    """`params` (params.yaml as loaded) with `overrides` (dotted key -> value) set in place;
+    only keys under `sections` that params.yaml already has (a typo would otherwise add a key
+    the schema then refuses, or, worse, one it ignores). `who` names the benchmark in errors."""
+    for dotted, value in overrides.items():
+        *parents, leaf = dotted.split(".")
+        if not parents or parents[0] not in sections:
+            raise SystemExit(f"{who}: {dotted}: only {' and '.join(sections)} keys are tried")
+        node = params
+        for key in parents:
+            node = node.get(key) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or leaf not in node:
+            raise SystemExit(f"{who}: {dotted} is not a key of params.yaml")
+        node[leaf] = value
+    return params
+
+
+def settings_parser(doc: str, settings: Iterable[str], out: Path) -> argparse.ArgumentParser:
+    """The command line of a benchmark that runs a pipeline's stages once per named setting
+    (--root, --only, --out), for its own arguments to be added."""
+    parser = argparse.ArgumentParser(description=doc.split("\n")[0])
+    parser.add_argument("--root", type=Path, default=Path("."), help="a pipeline run's folder")
+    parser.add_argument("--only", nargs="*", choices=sorted(settings), help="these settings")
+    parser.add_argument("--out", type=Path, default=out)
+    return parser
+
+
+def earlier_result(out: Path) -> dict[str, Any]:
+    """What a settings benchmark wrote to `out` before (its settings kept, one rerun at a time
+    replacing its own), or a fresh result."""
+    result = json.loads(out.read_text(encoding="utf-8")) if out.is_file() else {}
+    result.setdefault("settings", {})
+    return result

@@ -20,7 +20,6 @@ in params.yaml.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -31,7 +30,7 @@ from typing import Any
 import yaml
 from rich.table import Table
 
-from benchmarks import console, publish
+from benchmarks import console, earlier_result, override, publish, settings_parser
 from sonfolio import cpu
 
 RESULTS = Path("benchmarks/results/speech_keep.json")
@@ -66,20 +65,7 @@ SETTINGS: dict[str, dict[str, Any]] = {
 
 
 def _override(params: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    for dotted, value in overrides.items():
-        *parents, leaf = dotted.split(".")
-        if parents[0] not in ("speech_train", "speech_data"):
-            raise SystemExit(
-                f"benchmarks.speech_keep: {dotted}: only speech_train and speech_data keys "
-                "are tried"
-            )
-        node = params
-        for key in parents:
-            node = node[key]
-        if leaf not in node:
-            raise SystemExit(f"benchmarks.speech_keep: {dotted} is not a key of params.yaml")
-        node[leaf] = value
-    return params
+    return override(params, overrides, ("speech_train", "speech_data"), "benchmarks.speech_keep")
 
 
 def _workdir(root: Path, name: str, overrides: dict[str, Any]) -> Path:
@@ -161,15 +147,8 @@ def table(result: dict[str, Any]) -> Table:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--root", type=Path, default=Path("."), help="a pipeline run's folder")
-    parser.add_argument("--only", nargs="*", choices=sorted(SETTINGS), help="these settings")
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args()
-    result: dict[str, Any] = (
-        json.loads(args.out.read_text(encoding="utf-8")) if args.out.is_file() else {}
-    )
-    result.setdefault("settings", {})
+    args = settings_parser(__doc__, SETTINGS, RESULTS).parse_args()
+    result = earlier_result(args.out)
     from sonfolio.config.params import load_params
 
     load_before = cpu.load_average()

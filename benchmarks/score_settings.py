@@ -1,0 +1,199 @@
+"""Score data and training settings, each run through the pipeline's own score stages and read
+as eval@score reads the FP32 model: which one reads the held-out music better.
+
+Run:    python -m benchmarks.score_settings --root RUN [--only NAME ...]
+        python -m benchmarks.score_settings --runs NAME=FOLDER ... (finished pipeline runs'
+        figures as rows beside; with --runs, settings run only where --only names them)
+Reads:  this checkout's params.yaml, each setting's overrides on top (SETTINGS below); RUN is a
+        pipeline run's folder (its data@score output is linked where a setting changes only
+        score_train).
+Writes: benchmarks/results/score_settings.json and prints a table: per setting, the training
+        stage's test / held-out TER (greedy CTC), eval@score's SER and whole held-out pages'
+        note error per engraving (the FP32 PyTorch model, constrained decoding, as the stage
+        reads it), and what the held-out systems' rhythms come out as: dotted durations and
+        triplets in the truth against those written, and the SER of the systems that hold a
+        triplet; the training minutes.
+
+Each setting runs in RUN/benchmarks/score_settings/<name>/ (params.yaml with its overrides) as
+the stages do, each in a fresh process: `python -m tasks.data score` (unless only score_train
+changes), `tasks.tokenizer score`, `tasks.train score`, `tasks.eval score` (no export there: the
+FP32 model only). About an hour a setting on 2 cores (data ~10 min, training ~40, eval ~5);
+the results are written after each setting, so a long run keeps what it measured. Val, test
+and held-out texts are the same in every setting (the rhythm additions touch train only).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.table import Table
+
+from benchmarks import console, earlier_result, override, publish, settings_parser
+from sonfolio import cpu
+from sonfolio.io import read_jsonl
+
+RESULTS = Path("benchmarks/results/score_settings.json")
+REPO = Path(__file__).resolve().parents[1]
+ENGRAVINGS = ("lilypond", "verovio:Leland", "lilypond+scan", "verovio:Leland+scan")
+
+# name -> params overrides (dotted keys under score_data or score_train), relative to today's
+# params.yaml
+SETTINGS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "triplets_0.3": {"score_data.triplets": 0.3},
+    "dotted_0.3": {"score_data.dotted": 0.3},
+    "triplets_dotted_0.3": {"score_data.triplets": 0.3, "score_data.dotted": 0.3},
+    # 1.5x the pixels along a line: a staff ~24 px tall instead of ~16 (a dot 2-3 px)
+    "long_side_960": {"score_data.image_long_side": 960, "score_data.resolution_dpi": 220},
+}
+_DOTTED = re.compile(r"(?<=[a-gr',])[0-9]+\.+")
+_EIGHTH_DOTTED = re.compile(r"(?<=[a-gr',])8\.(?!\.)")
+
+
+def _override(params: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    return override(params, overrides, ("score_data", "score_train"), "benchmarks.score_settings")
+
+
+def _stage(work: Path, task: str) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    subprocess.run([sys.executable, "-m", task, "score"], cwd=work, env=env, check=True)
+
+
+def run_setting(root: Path, name: str, overrides: dict[str, Any]) -> Path:
+    """The score stages in RUN/benchmarks/score_settings/<name>/; the folder."""
+    from sonfolio.config.params import load_params
+
+    work = root / "benchmarks" / "score_settings" / name
+    work.mkdir(parents=True, exist_ok=True)
+    params = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
+    (work / "params.yaml").write_text(yaml.safe_dump(_override(params, overrides)), "utf-8")
+    data = load_params(work / "params.yaml").paths.track("score").data
+    if all(k.startswith("score_train.") for k in overrides):
+        if not (work / data).exists():
+            (work / data).parent.mkdir(parents=True, exist_ok=True)
+            (work / data).symlink_to((root / data).resolve(), target_is_directory=True)
+    else:
+        _stage(work, "tasks.data")
+    for task in ("tasks.tokenizer", "tasks.train", "tasks.eval"):
+        _stage(work, task)
+    return work
+
+
+def rhythms(predictions: list[dict[str, Any]]) -> dict[str, Any]:
+    """Dotted durations and triplets in the truth against the reading, and the SER of the
+    systems that hold a triplet against the rest (eval@score's predictions.jsonl rows)."""
+    tuplet = [r for r in predictions if "\\tuplet" in r["ref"]]
+    plain = [r for r in predictions if "\\tuplet" not in r["ref"]]
+
+    def ser(rows: list[dict[str, Any]]) -> float | None:
+        return round(sum(r["ser"] for r in rows) / len(rows), 4) if rows else None
+
+    def count(pattern: re.Pattern[str] | str, key: str, rows: list[dict[str, Any]]) -> int:
+        if isinstance(pattern, str):
+            return sum(r[key].count(pattern) for r in rows)
+        return sum(len(pattern.findall(r[key])) for r in rows)
+
+    return {
+        "dotted_truth": count(_DOTTED, "ref", predictions),
+        "dotted_written": count(_DOTTED, "hyp", predictions),
+        "dotted_eighths_truth": count(_EIGHTH_DOTTED, "ref", predictions),
+        "dotted_eighths_written": count(_EIGHTH_DOTTED, "hyp", predictions),
+        "triplet_systems": len(tuplet),
+        "triplets_truth": count("\\tuplet", "ref", tuplet),
+        "triplets_written": count("\\tuplet", "hyp", tuplet),
+        "ser_triplet_systems": ser(tuplet),
+        "ser_other_systems": ser(plain),
+    }
+
+
+def figures(work: Path) -> dict[str, Any]:
+    """What the setting's stages measured (module docstring)."""
+    from sonfolio.config.commands import InferParams
+    from sonfolio.config.sections import read_sections
+
+    params = read_sections(InferParams, work / "params.yaml")  # the paths (of any version)
+    metrics, paths = work / params.paths.metrics, params.paths.track("score")
+    trained = json.loads((metrics / "score_train.json").read_text(encoding="utf-8"))
+    evaluated = json.loads((metrics / "score_eval.json").read_text(encoding="utf-8"))
+    data = json.loads((metrics / "score_data.json").read_text(encoding="utf-8"))
+    fp32 = evaluated["variants"][paths.model.name]["splits"]
+    held = read_jsonl(
+        work / paths.eval / "samples" / paths.model.name / "heldout" / "predictions.jsonl"
+    )
+    return {
+        "triplet_systems_trained": data.get("triplet_systems", 0),
+        "dotted_systems_trained": data.get("dotted_systems", 0),
+        "test_ter": trained["test_ter"],
+        "heldout_ter": trained["heldout_ter"],
+        "test_ter_by_collection": {
+            k: v["ter"] for k, v in trained["test_ter_by_collection"].items()
+        },
+        "ser": {split: fp32[split]["ser"] for split in fp32},
+        "pages": {
+            name: {k: e.get(k) for k in ("note_error_rate", "note_error_rate_pitch", "valid_rate")}
+            for name, e in evaluated["pages"]["by_engraving"].items()
+        },
+        "heldout_rhythms": rhythms(held),
+        "train_minutes": trained["train_minutes"],
+        "steps": trained["steps"],
+    }
+
+
+def table(result: dict[str, Any]) -> Table:
+    t = Table(title="score settings: the FP32 model as eval@score reads it")
+    cols = ["setting", "test TER", "held-out TER", "SER test / held-out",
+            *[f"pages {e}" for e in ENGRAVINGS], "dots written", "triplets written",
+            "SER triplet systems", "min"]  # fmt: skip
+    for col in cols:
+        t.add_column(col, justify="left" if col == "setting" else "right")
+    for name, r in result["settings"].items():
+        h = r["heldout_rhythms"]
+        t.add_row(
+            name,
+            f"{r['test_ter']:.3f}",
+            f"{r['heldout_ter']:.3f}",
+            f"{r['ser'].get('test', 0):.3f} / {r['ser'].get('heldout', 0):.3f}",
+            *[
+                f"{r['pages'].get(e, {}).get('note_error_rate', float('nan')):.3f}"
+                for e in ENGRAVINGS
+            ],
+            f"{h['dotted_written']} / {h['dotted_truth']}",
+            f"{h['triplets_written']} / {h['triplets_truth']}",
+            f"{h['ser_triplet_systems']}",
+            f"{r['train_minutes']:.1f}",
+        )
+    return t
+
+
+def main() -> None:
+    parser = settings_parser(__doc__, SETTINGS, RESULTS)
+    parser.add_argument(
+        "--runs", nargs="*", default=[], metavar="NAME=FOLDER",
+        help="finished pipeline runs (dvc repro done) read as rows beside, nothing rerun",
+    )  # fmt: skip
+    args = parser.parse_args()
+    result = earlier_result(args.out)
+    load_before = cpu.load_average()
+    for run in args.runs:
+        name, sep, folder = run.partition("=")
+        if not sep:
+            raise SystemExit(f"benchmarks.score_settings: --runs {run!r}: write NAME=FOLDER")
+        result["settings"][name] = {"run": folder, **figures(Path(folder))}
+    if args.runs:
+        publish(args.out, result, lambda r: console(200).print(table(r)))
+    for name in [] if args.runs and args.only is None else args.only or list(SETTINGS):
+        work = run_setting(args.root, name, SETTINGS[name])
+        result["settings"][name] = {"overrides": SETTINGS[name], **figures(work)}
+        result |= cpu.run_conditions(load_before)
+        publish(args.out, result, lambda r: console(200).print(table(r)))
+
+
+if __name__ == "__main__":
+    main()
