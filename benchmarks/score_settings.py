@@ -50,8 +50,14 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "triplets_0.3": {"score_data.triplets": 0.3},
     "dotted_0.3": {"score_data.dotted": 0.3},
     "triplets_dotted_0.3": {"score_data.triplets": 0.3, "score_data.dotted": 0.3},
-    # 1.5x the pixels along a line: a staff ~24 px tall instead of ~16 (a dot 2-3 px)
-    "long_side_960": {"score_data.image_long_side": 960, "score_data.resolution_dpi": 220},
+    # 1.5x the pixels along a line (a dense system's staff ~24 px tall instead of ~16, a dot
+    # 2-3 px) and room for it in height (at 96 px a taller image is scaled down whole, as
+    # Verovio's systems already are: median 128-169 px tall at 640 wide): 2x the pixels
+    "long_side_960": {
+        "score_data.image_long_side": 960,
+        "score_data.resolution_dpi": 220,
+        "score_train.model.image_height": 128,
+    },
 }
 _DOTTED = re.compile(r"(?<=[a-gr',])[0-9]+\.+")
 _EIGHTH_DOTTED = re.compile(r"(?<=[a-gr',])8\.(?!\.)")
