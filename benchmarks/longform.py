@@ -42,7 +42,8 @@ from rich.table import Table
 
 from benchmarks import console, publish
 from sonfolio import cpu
-from sonfolio.config.params import load_params
+from sonfolio.config.commands import InferParams
+from sonfolio.config.sections import read_sections
 from sonfolio.io import read_jsonl
 
 RESULTS = Path("benchmarks/results/longform.json")
@@ -205,7 +206,7 @@ def main() -> None:
         child(engine, Path(audio), Path(model), Path(out), args)
         return
     args.params = (args.params or args.root / "params.yaml").resolve()
-    params = load_params(args.params)
+    params = read_sections(InferParams, args.params)  # paths and infer, as transcribe reads
     paths, variant = params.paths.track("speech"), params.infer.variant
     args.max_tokens = args.max_tokens or params.infer.speech_max_tokens
     ours, fp32, data = (
