@@ -1,25 +1,27 @@
 """Score data and training settings, each run through the pipeline's own score stages and read
-as eval@score reads the FP32 model: which one reads the held-out music better.
+as eval@score reads them: which one reads the held-out music better.
 
-Run:    python -m benchmarks.score_settings --root RUN [--only NAME ...]
+Run:    python -m benchmarks.score_settings --root RUN [--only NAME ...] [--params FILE]
         python -m benchmarks.score_settings --runs NAME=FOLDER ... (finished pipeline runs'
         figures as rows beside; with --runs, settings run only where --only names them)
-Reads:  this checkout's params.yaml, each setting's overrides on top (SETTINGS below); RUN is a
-        pipeline run's folder (its data@score output is linked where a setting changes only
-        score_train).
+Reads:  this checkout's params.yaml (or FILE), each setting's overrides on top (SETTINGS
+        below); RUN is a pipeline run's folder (its data@score output is linked where a
+        setting changes only score_train).
 Writes: benchmarks/results/score_settings.json and prints a table: per setting, the training
-        stage's test / held-out TER (greedy CTC), eval@score's SER and whole held-out pages'
-        note error per engraving (the FP32 PyTorch model, constrained decoding, as the stage
-        reads it), and what the held-out systems' rhythms come out as: dotted durations and
-        triplets in the truth against those written, and the SER of the systems that hold a
-        triplet; the training minutes.
+        stage's test / held-out TER (greedy CTC), eval@score's SER of the FP32 PyTorch model
+        (constrained decoding) and its whole held-out pages' note error per engraving (read
+        by score_eval.pages.variant, int8_ptq by default, as `sonfolio read --page` reads),
+        and what the FP32 model's held-out readings make of the rhythms: dotted durations
+        and triplets in the truth against those written, and the SER of the systems that
+        hold a triplet; the training minutes.
 
 Each setting runs in RUN/benchmarks/score_settings/<name>/ (params.yaml with its overrides) as
 the stages do, each in a fresh process: `python -m tasks.data score` (unless only score_train
-changes), `tasks.tokenizer score`, `tasks.train score`, `tasks.eval score` (no export there: the
-FP32 model only). About an hour a setting on 2 cores (data ~10 min, training ~40, eval ~5);
-the results are written after each setting, so a long run keeps what it measured. Val, test
-and held-out texts are the same in every setting (the rhythm additions touch train only).
+changes), `tasks.tokenizer score`, `tasks.train score`, `tasks.qat score`, `tasks.export
+score`, `tasks.eval score`: the score half of the pipeline. About an hour and a quarter a
+setting on 2 cores (data ~10 min, training ~40, QAT ~3, export and eval ~12); the results
+are written after each setting, so a long run keeps what it measured. Val, test and held-out
+texts are the same in every setting (the rhythm additions touch train only).
 """
 
 from __future__ import annotations
@@ -75,13 +77,16 @@ def _stage(work: Path, task: str) -> None:
     subprocess.run([sys.executable, "-m", task, "score"], cwd=work, env=env, check=True)
 
 
-def run_setting(root: Path, name: str, overrides: dict[str, Any]) -> Path:
-    """The score stages in RUN/benchmarks/score_settings/<name>/; the folder."""
+def run_setting(
+    root: Path, name: str, overrides: dict[str, Any], base: Path = REPO / "params.yaml"
+) -> Path:
+    """The score stages in RUN/benchmarks/score_settings/<name>/ under `base` (a params.yaml)
+    with `overrides`; the folder."""
     from sonfolio.config.params import load_params
 
     work = root / "benchmarks" / "score_settings" / name
     work.mkdir(parents=True, exist_ok=True)
-    params = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
+    params = yaml.safe_load(base.read_text(encoding="utf-8"))
     (work / "params.yaml").write_text(yaml.safe_dump(_override(params, overrides)), "utf-8")
     data = load_params(work / "params.yaml").paths.track("score").data
     if all(k.startswith("score_train.") for k in overrides):
@@ -90,7 +95,7 @@ def run_setting(root: Path, name: str, overrides: dict[str, Any]) -> Path:
             (work / data).symlink_to((root / data).resolve(), target_is_directory=True)
     else:
         _stage(work, "tasks.data")
-    for task in ("tasks.tokenizer", "tasks.train", "tasks.eval"):
+    for task in ("tasks.tokenizer", "tasks.train", "tasks.qat", "tasks.export", "tasks.eval"):
         _stage(work, task)
     return work
 
@@ -184,6 +189,10 @@ def table(result: dict[str, Any]) -> Table:
 def main() -> None:
     parser = settings_parser(__doc__, SETTINGS, RESULTS)
     parser.add_argument(
+        "--params", type=Path, default=REPO / "params.yaml",
+        help="the params.yaml the settings override (this checkout's by default)",
+    )  # fmt: skip
+    parser.add_argument(
         "--runs", nargs="*", default=[], metavar="NAME=FOLDER",
         help="finished pipeline runs (dvc repro done) read as rows beside, nothing rerun",
     )  # fmt: skip
@@ -198,7 +207,7 @@ def main() -> None:
     if args.runs:
         publish(args.out, result, lambda r: console(200).print(table(r)))
     for name in [] if args.runs and args.only is None else args.only or list(SETTINGS):
-        work = run_setting(args.root, name, SETTINGS[name])
+        work = run_setting(args.root, name, SETTINGS[name], args.params)
         result["settings"][name] = {"overrides": SETTINGS[name], **figures(work)}
         result |= cpu.run_conditions(load_before)
         publish(args.out, result, lambda r: console(200).print(table(r)))

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 import yaml
+from project_repo import tiny_params
 
-from benchmarks.score_settings import REPO, SETTINGS, _override, rhythms
+from benchmarks.score_settings import REPO, SETTINGS, _override, figures, rhythms, run_setting
 from sonfolio.config.params import Params
 
 
@@ -46,3 +47,26 @@ def test_only_score_keys_of_params_yaml_are_overridden():
     for overrides in SETTINGS.values():
         raw = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
         Params.model_validate(_override(raw, overrides))
+
+
+@pytest.mark.slow
+def test_a_setting_runs_the_score_stages_and_is_read(tmp_path):
+    """The stage path end to end on a tiny params.yaml: the data stage under the override (all
+    train systems of real music offered dotted pairs), tokenizer, 2 training steps, the eval of
+    the FP32 model with one held-out page; its figures read back."""
+    raw = tiny_params(yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8")))
+    raw["score_qat"].update(max_steps=2, eval_every=2, checkpoint_every=2, warmup_steps=0)
+    raw["score_eval"].update(max_samples=6, decode_max_tokens=16)
+    raw["score_eval"]["pages"].update(parts=1, engravings=["lilypond"])
+    base = tmp_path / "tiny.yaml"
+    base.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    work = run_setting(tmp_path, "dotted", {"score_data.dotted": 1.0}, base)
+    assert (
+        yaml.safe_load((work / "params.yaml").read_text(encoding="utf-8"))["score_data"]["dotted"]
+        == 1.0
+    )
+    got = figures(work)
+    assert got["dotted_systems_trained"] > 0 and got["triplet_systems_trained"] == 0
+    assert got["steps"] == 2 and set(got["ser"]) == set(raw["score_eval"]["splits"])
+    assert set(got["pages"]) == {"lilypond"}
+    assert got["heldout_rhythms"]["dotted_truth"] >= got["heldout_rhythms"]["dotted_eighths_truth"]
