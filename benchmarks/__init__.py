@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterable
@@ -83,3 +86,11 @@ def earlier_result(out: Path) -> dict[str, Any]:
     result = json.loads(out.read_text(encoding="utf-8")) if out.is_file() else {}
     result.setdefault("settings", {})
     return result
+
+
+def run_stage(work: Path, task: str, track: str) -> None:
+    """A pipeline stage's module (`tasks.train`) for `track`, in a fresh process in `work`
+    (its params.yaml and outputs), with this checkout's code: what a settings benchmark
+    measures is the stage itself."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    subprocess.run([sys.executable, "-m", task, track], cwd=work, env=env, check=True)

@@ -27,17 +27,14 @@ texts are the same in every setting (the rhythm additions touch train only).
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 from rich.table import Table
 
-from benchmarks import console, earlier_result, override, publish, settings_parser
+from benchmarks import console, earlier_result, override, publish, run_stage, settings_parser
 from sonfolio import cpu
 from sonfolio.io import read_jsonl
 
@@ -66,15 +63,11 @@ SETTINGS: dict[str, dict[str, Any]] = {
 }
 _DOTTED = re.compile(r"(?<=[a-gr',])[0-9]+\.+")
 _EIGHTH_DOTTED = re.compile(r"(?<=[a-gr',])8\.(?!\.)")
+_TUPLET = re.compile(r"\\tuplet ")
 
 
 def _override(params: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     return override(params, overrides, ("score_data", "score_train"), "benchmarks.score_settings")
-
-
-def _stage(work: Path, task: str) -> None:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    subprocess.run([sys.executable, "-m", task, "score"], cwd=work, env=env, check=True)
 
 
 def run_setting(
@@ -94,9 +87,9 @@ def run_setting(
             (work / data).parent.mkdir(parents=True, exist_ok=True)
             (work / data).symlink_to((root / data).resolve(), target_is_directory=True)
     else:
-        _stage(work, "tasks.data")
+        run_stage(work, "tasks.data", "score")
     for task in ("tasks.tokenizer", "tasks.train", "tasks.qat", "tasks.export", "tasks.eval"):
-        _stage(work, task)
+        run_stage(work, task, "score")
     return work
 
 
@@ -109,9 +102,7 @@ def rhythms(predictions: list[dict[str, Any]]) -> dict[str, Any]:
     def ser(rows: list[dict[str, Any]]) -> float | None:
         return round(sum(r["ser"] for r in rows) / len(rows), 4) if rows else None
 
-    def count(pattern: re.Pattern[str] | str, key: str, rows: list[dict[str, Any]]) -> int:
-        if isinstance(pattern, str):
-            return sum(r[key].count(pattern) for r in rows)
+    def count(pattern: re.Pattern[str], key: str, rows: list[dict[str, Any]]) -> int:
         return sum(len(pattern.findall(r[key])) for r in rows)
 
     return {
@@ -120,8 +111,8 @@ def rhythms(predictions: list[dict[str, Any]]) -> dict[str, Any]:
         "dotted_eighths_truth": count(_EIGHTH_DOTTED, "ref", predictions),
         "dotted_eighths_written": count(_EIGHTH_DOTTED, "hyp", predictions),
         "triplet_systems": len(tuplet),
-        "triplets_truth": count("\\tuplet", "ref", tuplet),
-        "triplets_written": count("\\tuplet", "hyp", tuplet),
+        "triplets_truth": count(_TUPLET, "ref", tuplet),
+        "triplets_written": count(_TUPLET, "hyp", tuplet),
         "ser_triplet_systems": ser(tuplet),
         "ser_other_systems": ser(plain),
     }
@@ -161,7 +152,7 @@ def figures(work: Path) -> dict[str, Any]:
 
 
 def table(result: dict[str, Any]) -> Table:
-    t = Table(title="score settings: the FP32 model as eval@score reads it")
+    t = Table(title="score settings as eval@score reads them (SER: FP32; pages: pages.variant)")
     cols = ["setting", "test TER", "held-out TER", "SER test / held-out",
             *[f"pages {e}" for e in ENGRAVINGS], "dots written", "triplets written",
             "SER triplet systems", "min"]  # fmt: skip

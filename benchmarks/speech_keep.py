@@ -21,16 +21,13 @@ in params.yaml.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 from rich.table import Table
 
-from benchmarks import console, earlier_result, override, publish, settings_parser
+from benchmarks import console, earlier_result, override, publish, run_stage, settings_parser
 from sonfolio import cpu
 
 RESULTS = Path("benchmarks/results/speech_keep.json")
@@ -84,8 +81,7 @@ def _workdir(root: Path, name: str, overrides: dict[str, Any]) -> Path:
         link.symlink_to((root / paths.tokenizer).resolve(), target_is_directory=True)
     if (work / paths.data).is_symlink():  # linked to RUN's data by an earlier version
         (work / paths.data).unlink()
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    subprocess.run([sys.executable, "-m", "tasks.data", "speech"], cwd=work, env=env, check=True)
+    run_stage(work, "tasks.data", "speech")
     return work
 
 
@@ -93,8 +89,7 @@ def train(work: Path) -> dict[str, Any]:
     """The train stage in `work`, in a fresh process; its metrics."""
     from sonfolio.config.params import load_params
 
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    subprocess.run([sys.executable, "-m", "tasks.train", "speech"], cwd=work, env=env, check=True)
+    run_stage(work, "tasks.train", "speech")
     metrics = load_params(work / "params.yaml").paths.metrics
     return json.loads((work / metrics / "speech_train.json").read_text(encoding="utf-8"))
 
