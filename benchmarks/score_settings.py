@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -81,11 +82,16 @@ def run_setting(
     work.mkdir(parents=True, exist_ok=True)
     params = yaml.safe_load(base.read_text(encoding="utf-8"))
     (work / "params.yaml").write_text(yaml.safe_dump(_override(params, overrides)), "utf-8")
-    data = load_params(work / "params.yaml").paths.track("score").data
+    paths = load_params(work / "params.yaml").paths
+    data = paths.track("score").data
     if all(k.startswith("score_train.") for k in overrides):
+        # the run's data and the data stage's metrics beside it (what `figures` counts)
         if not (work / data).exists():
             (work / data).parent.mkdir(parents=True, exist_ok=True)
             (work / data).symlink_to((root / data).resolve(), target_is_directory=True)
+        counts = Path(paths.metrics) / "score_data.json"
+        (work / counts).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(root / counts, work / counts)
     else:
         run_stage(work, "tasks.data", "score")
     for task in ("tasks.tokenizer", "tasks.train", "tasks.qat", "tasks.export", "tasks.eval"):

@@ -49,6 +49,24 @@ def test_only_score_keys_of_params_yaml_are_overridden():
         Params.model_validate(_override(raw, overrides))
 
 
+def test_a_training_setting_reuses_the_runs_data_and_its_counts(tmp_path, monkeypatch):
+    """A setting of score_train keys only does not rerun the data stage: the run's data is
+    linked and the data stage's metrics copied beside it, where `figures` reads them (a
+    height_128 run once ended on the missing metrics/score_data.json after its eval)."""
+    import benchmarks.score_settings as bench
+
+    ran = []
+    monkeypatch.setattr(bench, "run_stage", lambda work, task, track: ran.append(task))
+    root = tmp_path / "run"
+    (root / "data" / "score").mkdir(parents=True)
+    (root / "metrics").mkdir()
+    (root / "metrics" / "score_data.json").write_text('{"dotted_systems": 7}', "utf-8")
+    work = run_setting(root, "height_128", SETTINGS["height_128"])
+    assert "tasks.data" not in ran and ran[0] == "tasks.tokenizer"
+    assert (work / "data" / "score").resolve() == (root / "data" / "score").resolve()
+    assert (work / "metrics" / "score_data.json").read_text("utf-8") == '{"dotted_systems": 7}'
+
+
 @pytest.mark.slow
 def test_a_setting_runs_the_score_stages_and_is_read(tmp_path):
     """The stage path end to end on a tiny params.yaml: the data stage under the override (all
