@@ -70,8 +70,8 @@ def test_a_training_setting_reuses_the_runs_data_and_its_counts(tmp_path, monkey
 @pytest.mark.slow
 def test_a_setting_runs_the_score_stages_and_is_read(tmp_path):
     """The stage path end to end on a tiny params.yaml: the data stage under the override (all
-    train systems of real music offered dotted pairs), tokenizer, 2 training steps, the eval of
-    the FP32 model with one held-out page; its figures read back."""
+    train systems of real music offered dotted pairs), tokenizer, 2 training steps, 2 QAT
+    steps, export, the eval with one held-out page; its figures read back."""
     raw = tiny_params(yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8")))
     raw["score_qat"].update(max_steps=2, eval_every=2, checkpoint_every=2, warmup_steps=0)
     raw["score_eval"].update(max_samples=6, decode_max_tokens=16)
