@@ -43,8 +43,8 @@ RESULTS = Path("benchmarks/results/score_settings.json")
 REPO = Path(__file__).resolve().parents[1]
 ENGRAVINGS = ("lilypond", "verovio:Leland", "lilypond+scan", "verovio:Leland+scan")
 
-# name -> params overrides (dotted keys under score_data or score_train), relative to today's
-# params.yaml
+# name -> params overrides (dotted keys under score_data, score_train or score_qat),
+# relative to today's params.yaml
 SETTINGS: dict[str, dict[str, Any]] = {
     "default": {},
     "triplets_0.3": {"score_data.triplets": 0.3},
@@ -61,6 +61,12 @@ SETTINGS: dict[str, dict[str, Any]] = {
         "score_data.resolution_dpi": 220,
         "score_train.model.image_height": 128,
     },
+    # the default again with another draw of the weights' initialisation and of the batches:
+    # how far apart two runs of the same setting read (every row above is one run)
+    "seed_1": {"score_train.seed": 1},
+    # the CTC head alone (conv blocks -> transformer layers -> CTC, a CRNN reader): the decoder,
+    # which the CTC reading never runs, neither trained nor run on the labels (~30 % of a step)
+    "ctc_only": {"score_train.ctc_weight": 1.0, "score_qat.ctc_weight": 1.0},
 }
 _DOTTED = re.compile(r"(?<=[a-gr',])[0-9]+\.+")
 _EIGHTH_DOTTED = re.compile(r"(?<=[a-gr',])8\.(?!\.)")
@@ -68,7 +74,9 @@ _TUPLET = re.compile(r"\\tuplet ")
 
 
 def _override(params: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    return override(params, overrides, ("score_data", "score_train"), "benchmarks.score_settings")
+    return override(
+        params, overrides, ("score_data", "score_train", "score_qat"), "benchmarks.score_settings"
+    )
 
 
 def run_setting(
@@ -84,7 +92,7 @@ def run_setting(
     (work / "params.yaml").write_text(yaml.safe_dump(_override(params, overrides)), "utf-8")
     paths = load_params(work / "params.yaml").paths
     data = paths.track("score").data
-    if all(k.startswith("score_train.") for k in overrides):
+    if all(k.startswith(("score_train.", "score_qat.")) for k in overrides):
         # the run's data and the data stage's metrics beside it (what `figures` counts)
         if not (work / data).exists():
             (work / data).parent.mkdir(parents=True, exist_ok=True)

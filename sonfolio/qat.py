@@ -193,6 +193,11 @@ def run_stage(job: QatJob, out: Path, metrics_path: Path) -> dict[str, Any]:
             f"would leave untrained under fake quantization: set {stage}.ctc_weight above 0 "
             "(as in training)"
         )
+    if not ctc.folder_decoding(fp32)[0] and job.cfg.ctc_weight == 1:
+        raise ValueError(
+            f"{fp32} reads with its decoder, which {stage}.ctc_weight: 1 (CTC alone) would "
+            f"leave out of fake-quantized training: set {stage}.ctc_weight below 1"
+        )
     extras = [p for p in fp32.iterdir() if p.suffix == ".json" and not _model_file(p.name)]
 
     def save(model: PreTrainedModel, folder: Path) -> None:

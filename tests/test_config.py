@@ -68,6 +68,20 @@ def test_ctc_decoding_without_a_ctc_loss_is_refused():
     assert parse_params(raw).score_train.decode == "attention"
 
 
+def test_ctc_alone_is_refused_where_the_decoder_reads():
+    """ctc_weight: 1 never trains the decoder: only a model read by its CTC head takes it."""
+    raw = raw_params()
+    raw["score_train"]["decode"], raw["score_train"]["ctc_weight"] = "attention", 1.0
+    with pytest.raises(ParamsError, match="ctc_weight below 1.*or decode: ctc"):
+        parse_params(raw)
+    raw["score_train"]["decode"] = "ctc"
+    assert parse_params(raw).score_train.ctc_weight == 1.0
+    raw = raw_params()
+    raw["speech_train"]["ctc_weight"] = 1.0
+    with pytest.raises(ParamsError, match="speech model reads with its decoder"):
+        parse_params(raw)
+
+
 def test_source_sets_exactly_one_kind():
     raw = raw_params()
     raw["score_data"]["sources"][0]["folder"] = "/tmp"

@@ -60,8 +60,9 @@ class TrainLoop(Strict):
     log_every: Positive  # steps between log lines and DVCLive points
     max_skip_fraction: Fraction01  # corrupt train samples allowed (of the train set)
     decode_max_tokens: Positive  # greedy decoding length limit for the held-out error rate
-    # weight of the auxiliary CTC loss on the encoder (sonfolio/train/ctc.py); 0: none
-    ctc_weight: Annotated[float, Field(ge=0.0, lt=1.0)]
+    # weight of the auxiliary CTC loss on the encoder (sonfolio/train/ctc.py); 0: none; 1: CTC
+    # alone, the decoder not trained (a model that reads with its CTC head only)
+    ctc_weight: Annotated[float, Field(ge=0.0, le=1.0)]
     # encoder states averaged per CTC frame (1: every state); the labels must still fit
     ctc_pool: Annotated[int, Field(ge=1, le=8)]
     seed: int
@@ -159,6 +160,12 @@ class ScoreTrain(TrainLoop):
                 "decode: ctc reads with the CTC head, which ctc_weight: 0 never trains: set "
                 "score_train.ctc_weight above 0 (0.7 as shipped), or decode: attention"
             )
+        if self.decode == "attention" and self.ctc_weight == 1:
+            raise ValueError(
+                "ctc_weight: 1 trains the CTC head alone and leaves the decoder untrained, but "
+                "decode: attention reads with the decoder: set score_train.ctc_weight below 1 "
+                "(0.7 as shipped), or decode: ctc"
+            )
         return self
 
 
@@ -206,6 +213,11 @@ class SpeechTrain(TrainLoop):
                 f"speech_train.keep_base = {self.keep_base} holds the fine-tune near its base, "
                 "but speech_train.model.base_model is null (training from scratch): set "
                 "keep_base: 0, or name a base model"
+            )
+        if self.ctc_weight == 1:
+            raise ValueError(
+                "speech_train.ctc_weight = 1 would train the CTC head alone, but the speech "
+                "model reads with its decoder: set it below 1 (0 for a Whisper base)"
             )
         return self
 

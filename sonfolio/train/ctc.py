@@ -105,6 +105,37 @@ def save_pretrained(
         save_head(head, folder)
 
 
+def freeze_decoder(model: PreTrainedModel) -> int:
+    """For training by CTC alone: every parameter outside the encoder and the head stops
+    taking gradients (the optimizer, DDP and weight decay leave it as it is). Returns how many
+    parameters were frozen."""
+    frozen = 0
+    for name, param in model.named_parameters():
+        if not name.startswith(("encoder.", HEAD + ".")):
+            param.requires_grad_(False)
+            frozen += param.numel()
+    return frozen
+
+
+def encoder_only(
+    model: torch.nn.Module,
+    batch: dict[str, torch.Tensor],
+    head: nn.Linear,
+    start_id: int,
+    blank: int,
+    ignore: tuple[int, ...],
+    pool: int = 1,
+) -> torch.Tensor:
+    """The CTC loss alone, the decoder run on its start token only. The call goes through
+    `model` (not its encoder) so that a DDP or torch.compile wrapper sees the forward pass it
+    wraps; one decoder position costs next to nothing beside the labels' ~40."""
+    labels = batch["labels"]
+    start = torch.full((labels.shape[0], 1), start_id, dtype=torch.long, device=labels.device)
+    outputs = model(pixel_values=batch["pixel_values"], decoder_input_ids=start)
+    states = outputs.encoder_last_hidden_state
+    return ctc_loss(head, states, labels, blank, ignore, pool)
+
+
 def detach(model: PreTrainedModel) -> None:
     """Remove the head (before save_pretrained: the saved model is the plain class)."""
     if hasattr(model, HEAD):

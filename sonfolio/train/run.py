@@ -136,6 +136,15 @@ class Run:
             )
         per_process = loop.effective_batch // world
         self.ctc_head = ctc.attach(track.model) if loop.ctc_weight > 0 else None
+        if loop.ctc_weight == 1:
+            frozen = ctc.freeze_decoder(track.model)
+            self.choose(
+                "decoder",
+                "not trained",
+                f"{track.name}.ctc_weight: 1, CTC alone: the model reads with its CTC head; the "
+                f"decoder's {frozen:,} parameters keep their first weights and run on one "
+                "position a step",
+            )
         self.base = keep_base.base_copy(track.model, loop.base_kl_weight)
         if self.base is not None:
             self.choose(
@@ -147,7 +156,10 @@ class Run:
         self.choose(
             "ctc",
             "",
-            f"auxiliary CTC loss on the encoder, weight {loop.ctc_weight} ({track.name}.ctc_weight)"
+            f"CTC loss on the encoder alone ({track.name}.ctc_weight: 1)"
+            if loop.ctc_weight == 1
+            else f"auxiliary CTC loss on the encoder, weight {loop.ctc_weight} "
+            f"({track.name}.ctc_weight)"
             if self.ctc_head is not None
             else f"off ({track.name}.ctc_weight: 0)",
         )
@@ -297,6 +309,17 @@ class Run:
     def loss(self, model: torch.nn.Module, batch: dict[str, Any]) -> torch.Tensor:
         """The training loss: cross-entropy, plus the KL term towards the base when the section
         keeps one (sonfolio.train.keep_base), joint with CTC when the track has a head."""
+        config = self.track.model.config
+        if self.loop.ctc_weight == 1:
+            return ctc.encoder_only(
+                model,
+                batch,
+                self.ctc_head,
+                config.decoder_start_token_id,
+                blank=config.pad_token_id,
+                ignore=(self.track.model.generation_config.eos_token_id,),
+                pool=self.loop.ctc_pool,
+            )
         outputs = model(**batch)
         loss = outputs.loss
         if self.base is not None:
@@ -304,7 +327,6 @@ class Run:
             loss = loss + self.loop.base_kl_weight * kl
         if self.ctc_head is None:
             return loss
-        config = self.track.model.config
         return ctc.joint(
             loss,
             outputs,

@@ -41,7 +41,7 @@ def test_only_score_keys_of_params_yaml_are_overridden():
     assert _override(params, {"score_data.scan.dpi": 200})["score_data"]["scan"]["dpi"] == 200
     with pytest.raises(SystemExit, match="not a key"):
         _override(params, {"score_data.dotted_pairs": 0.3})
-    with pytest.raises(SystemExit, match="only score_data and score_train"):
+    with pytest.raises(SystemExit, match="only score_data and score_train and score_qat"):
         _override(params, {"speech_train.lr": 2})
     # every setting names keys of this checkout's params.yaml, and the result still validates
     for overrides in SETTINGS.values():

@@ -77,6 +77,20 @@ def test_each_scheme_gives_a_plain_model_with_trained_weights(score_data, fp32, 
     assert not list((tmp_path / "checkpoints" / "score_qat").glob("*/*/step-*"))  # cleaned
 
 
+def test_qat_by_ctc_alone_tunes_the_encoder_and_head_and_leaves_the_decoder(
+    score_data, fp32, tmp_path
+):
+    """score_qat.ctc_weight: 1 (with a model trained by CTC alone): fake-quantized training
+    moves the encoder and the head the model reads with, never the unused decoder."""
+    run_qat(score_data, fp32, tmp_path, ctc_weight=1.0, schemes=["int8"])
+    base = load_file(str(fp32 / "model.safetensors"))
+    tuned = load_file(str(tmp_path / "qat" / "int8" / "model.safetensors"))
+    moved = {k.split(".")[0] for k in base if not torch.equal(base[k], tuned[k])}
+    assert moved == {"encoder"}
+    head, base_head = (load_file(str(f / HEAD_FILE)) for f in (tmp_path / "qat" / "int8", fp32))
+    assert not torch.equal(head["weight"], base_head["weight"])
+
+
 def test_interrupted_qat_resumes_to_the_uninterrupted_weights(
     score_data, fp32, tmp_path, monkeypatch
 ):

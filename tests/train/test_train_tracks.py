@@ -76,6 +76,36 @@ def test_score_train_reports_what_the_saved_model_reads(score_data, tmp_path):
     assert not (tmp_path / "attention" / "model" / HEAD_FILE).exists()  # the head: training only
 
 
+def test_ctc_alone_trains_the_encoder_and_head_and_leaves_the_decoder(score_data, tmp_path):
+    """ctc_weight: 1: the loss is the CTC head's alone, so the decoder (which a model read by
+    its head never runs) keeps its first weights while the encoder and the head learn, and the
+    saved folder still reads the held-out systems as the stage reported."""
+    from safetensors.torch import load_file
+
+    from sonfolio import variants
+    from sonfolio.score.model.batches import load_image, to_pixel_values
+    from sonfolio.train.ctc import HEAD_FILE
+
+    first = run_tiny(score_data, tmp_path / "first", max_steps=1, ctc_weight=1.0)
+    metrics = run_tiny(score_data, tmp_path / "ctc", ctc_weight=1.0, decode_max_tokens=8)
+    assert first["steps"] == 1 and metrics["steps"] == 2
+    before = load_file(tmp_path / "first" / "model" / "model.safetensors")
+    after = load_file(tmp_path / "ctc" / "model" / "model.safetensors")
+    decoder = [k for k in after if k.startswith("decoder.")]
+    encoder = [k for k in after if k.startswith("encoder.") and after[k].is_floating_point()]
+    assert decoder and all(torch.equal(before[k], after[k]) for k in decoder)
+    assert any(not torch.equal(before[k], after[k]) for k in encoder)
+    head_before = load_file(tmp_path / "first" / "model" / HEAD_FILE)
+    head_after = load_file(tmp_path / "ctc" / "model" / HEAD_FILE)
+    assert any(not torch.equal(head_before[k], head_after[k]) for k in head_after)
+    variant = variants.load(tmp_path / "ctc" / "model", threads=1, device="cpu")
+    rows = [r for r in read_jsonl(score_data / "manifest.jsonl") if r["split"] == "test"][:3]
+    pixels = to_pixel_values(
+        np.stack([load_image(score_data / r["image"], 32, WIDTH) for r in rows])
+    )
+    assert variant.generate(pixels, 8) == [e["hyp"] for e in metrics["test_examples"]]
+
+
 @pytest.mark.parametrize(
     ("preset", "processor", "losses"),
     [("from scratch", "processor", SPEECH_LOSSES), ("whisper-base", "processor_base", BASE_LOSSES)],
