@@ -142,8 +142,8 @@ class Run:
                 "decoder",
                 "not trained",
                 f"{track.name}.ctc_weight: 1, CTC alone: the model reads with its CTC head; the "
-                f"decoder's {frozen:,} parameters keep their first weights and run on one "
-                "position a step",
+                f"decoder's {frozen:,} parameters keep the weights they start from and run on "
+                "one position a step",
             )
         self.base = keep_base.base_copy(track.model, loop.base_kl_weight)
         if self.base is not None:
@@ -308,7 +308,8 @@ class Run:
 
     def loss(self, model: torch.nn.Module, batch: dict[str, Any]) -> torch.Tensor:
         """The training loss: cross-entropy, plus the KL term towards the base when the section
-        keeps one (sonfolio.train.keep_base), joint with CTC when the track has a head."""
+        keeps one (sonfolio.train.keep_base), joint with CTC when the track has a head; the CTC
+        loss alone at ctc_weight 1."""
         config = self.track.model.config
         if self.loop.ctc_weight == 1:
             return ctc.encoder_only(
