@@ -50,9 +50,9 @@ def test_only_score_keys_of_params_yaml_are_overridden():
 
 
 def test_a_training_setting_reuses_the_runs_data_and_its_counts(tmp_path, monkeypatch):
-    """A setting of score_train keys only does not rerun the data stage: the run's data is
-    linked and the data stage's metrics copied beside it, where `figures` reads them (a
-    height_128 run once ended on the missing metrics/score_data.json after its eval)."""
+    """A setting of score_train (or score_qat) keys only does not rerun the data stage: the
+    run's data is linked and the data stage's metrics copied beside it, where `figures` reads
+    them (a height_128 run once ended on the missing metrics/score_data.json after its eval)."""
     import benchmarks.score_settings as bench
 
     ran = []
