@@ -41,6 +41,12 @@ For context, from the --root run's eval@score of the same variant: system_ter_te
 split's symbol, i.e. token, error rate: `ser` in metrics/score_eval.json) and
 note_error_rate_test_systems (this note measure on its test predictions.jsonl).
 
+Each note rate comes with its 95 % bootstrap interval over the pieces (`_ci95`: how far it
+could move on other pieces of the same collections). `--against DIR` reads the same pages with
+a second model and writes, per engraving, its rates minus the first model's with the paired
+interval (`against.by_engraving`): an interval that holds 0 cannot tell the two models apart on
+these pieces.
+
 Writes benchmarks/results/pages.json (figures, per-page rows, conditions) and prints a table.
 """
 
@@ -81,6 +87,7 @@ from sonfolio.score.eval.engravings import (
 )
 from sonfolio.score.eval.page_eval import (
     Note,
+    compare,
     notes_of,
     read_page,
     summarize,
@@ -268,6 +275,11 @@ def main() -> None:
         help="the pipeline run whose params.yaml paths hold the models, metrics and eval",
     )  # fmt: skip
     parser.add_argument("--model", type=Path, help="default: as `sonfolio read` picks it")
+    parser.add_argument(
+        "--against", type=Path,
+        help="a second model folder: it reads the same pages, and its note rates minus "
+        "--model's are given per engraving with their paired 95 %% interval",
+    )  # fmt: skip
     parser.add_argument("--dpi", type=int, default=200, help="page render resolution")
     parser.add_argument("--paper", default="a4", help="LilyPond paper size (a4, letter...)")
     parser.add_argument(
@@ -293,11 +305,17 @@ def main() -> None:
     if model is None:  # as `sonfolio read` picks it, in the --root run
         exported = args.root / paths.track("score").export / params.infer.variant
         model = exported if exported.is_dir() else args.root / paths.track("score").model
+    if args.against is not None and not args.against.is_dir():
+        parser.error(f"--against {args.against}: no such model folder")
     variant = load_model(model, "score", args.threads, "cpu")
     load_before = cpu.load_average()
     with tempfile.TemporaryDirectory() as tmp:
         work = args.keep or Path(tmp)
         result = run(args, params, variant, work)
+        if args.against is not None:  # the same pieces and pages: the draw is seeded
+            other = run(args, params, load_model(args.against, "score", args.threads, "cpu"),
+                        work / "against")  # fmt: skip
+            result["against"] = against(args.against, result, other)
     result.update(
         test_split_figures(
             args.root / paths.metrics / "score_eval.json",
@@ -324,6 +342,27 @@ def main() -> None:
     print(f"wrote {args.out}")
 
 
+def against(model: Path, first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
+    """The second model's figures per engraving and its note rates minus the first's on the
+    same pages (sonfolio.score.eval.page_eval.compare)."""
+    out: dict[str, Any] = {"model": str(model), "by_engraving": {}}
+    for name, figures in second["by_engraving"].items():
+        mine = [r for r in first["rows"] if r["engraving"] == name]
+        theirs = [r for r in second["rows"] if r["engraving"] == name]
+        out["by_engraving"][name] = {
+            "note_error_rate": figures["note_error_rate"],
+            "note_error_rate_ci95": figures["note_error_rate_ci95"],
+            "note_error_rate_pitch": figures["note_error_rate_pitch"],
+            **compare(mine, theirs),
+        }
+    return out
+
+
+def interval(figures: dict[str, Any], key: str) -> str:
+    ci = figures.get(f"{key}_ci95")
+    return f"{figures.get(key)} ({ci[0]}-{ci[1]})" if ci else str(figures.get(key))
+
+
 def print_table(result: dict[str, Any]) -> None:
     table = Table(title=f"pages read end to end ({result['conditions']['model']})")
     cols = ("engraving", "piece", "page", "systems true/found/valid", "notes true/pred", "NER",
@@ -346,16 +385,29 @@ def print_table(result: dict[str, Any]) -> None:
     for name, f in result["by_engraving"].items():
         each.add_row(
             name, str(f["pages"]), f"{f['found_systems']}/{f['true_systems']}",
-            str(f["valid_rate"]), str(f["note_error_rate"]), str(f["note_error_rate_pitch"]),
+            str(f["valid_rate"]), interval(f, "note_error_rate"),
+            interval(f, "note_error_rate_pitch"),
             str(f["baseline_most_common_note"]["note_error_rate"]),
         )  # fmt: skip
     console().print(each)
+    if "against" in result:
+        other = Table(title=f"against {result['against']['model']}: its rates minus the above's")
+        for col in ("engraving", "NER", "NER difference (95 % interval)",
+                    "NER pitch difference (95 % interval)"):  # fmt: skip
+            other.add_column(col)
+        for name, f in result["against"]["by_engraving"].items():
+            other.add_row(
+                name, interval(f, "note_error_rate"),
+                interval(f, "note_error_rate_difference"),
+                interval(f, "note_error_rate_pitch_difference"),
+            )  # fmt: skip
+        console().print(other)
     base = result["baseline_most_common_note"]
     test = result.get("note_error_rate_test_systems") or {}
     ratio = result["systems_found_ratio"]
     for name, value in (
         ("note error rate (pitch+duration / pitch)",
-         f"{result['note_error_rate']} / {result['note_error_rate_pitch']}"),
+         f"{interval(result, 'note_error_rate')} / {interval(result, 'note_error_rate_pitch')}"),
         ("most common note baseline",
          f"{base['note_error_rate']} / {base['note_error_rate_pitch']}"),
         ("same measure, test split systems",

@@ -157,7 +157,15 @@ def figures(work: Path) -> dict[str, Any]:
         },
         "ser": {split: fp32[split]["ser"] for split in fp32},
         "pages": {
-            name: {k: e.get(k) for k in ("note_error_rate", "note_error_rate_pitch", "valid_rate")}
+            name: {
+                k: e.get(k)
+                for k in (
+                    "note_error_rate",
+                    "note_error_rate_ci95",
+                    "note_error_rate_pitch",
+                    "valid_rate",
+                )
+            }  # fmt: skip
             for name, e in evaluated["pages"]["by_engraving"].items()
         },
         "heldout_rhythms": rhythms(held),

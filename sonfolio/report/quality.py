@@ -65,6 +65,13 @@ def before_after_table(track: ReportFace, ev: dict[str, Any]) -> Table | None:
     )
 
 
+def with_interval(figures: dict[str, Any], key: str) -> str:
+    """A note rate and, where the eval gave one, its 95 % interval over the pieces."""
+    ci = figures.get(f"{key}_ci95")
+    value = fmt(figures.get(key))
+    return f"{value} ({fmt(ci[0])}-{fmt(ci[1])})" if ci else value
+
+
 def pages_table(ev: dict[str, Any]) -> Table | None:
     """Whole pages read end to end (the score eval's `pages`), beside the same variant's note
     error on systems read alone; None when the eval read no pages."""
@@ -84,8 +91,8 @@ def pages_table(ev: dict[str, Any]) -> Table | None:
         ["systems found / true", f"{pages['found_systems']} / {pages['true_systems']}"],
         ["pages with found / true within 0.95-1.05", fmt(found.get("pages_within_0.95_1.05"))],
         ["systems that are valid canonical LilyPond", fmt(pages.get("valid_rate"))],
-        ["note error rate (pitch and duration)", fmt(pages.get("note_error_rate"))],
-        ["note error rate (pitch only)", fmt(pages.get("note_error_rate_pitch"))],
+        ["note error rate (pitch and duration)", with_interval(pages, "note_error_rate")],
+        ["note error rate (pitch only)", with_interval(pages, "note_error_rate_pitch")],
         ["the same, systems read alone (test split)", alone("test")],
         ["the same, systems read alone (held-out split)", alone("heldout")],
         ["repeating the page's most common note", fmt(base.get("note_error_rate"))],
@@ -97,7 +104,9 @@ def pages_table(ev: dict[str, Any]) -> Table | None:
         rows,
         "Parts the data stage cut from pages, engraved again whole in LilyPond's default layout "
         "(A4, 20 pt, a title), cut and read end to end, compared note by note with the notes on "
-        "each page (docs/evaluation.md). Lower note error is better.",
+        "each page (docs/evaluation.md). Lower note error is better. In brackets: its 95 % "
+        "bootstrap interval over the parts, how far it could move on other parts of the same "
+        "collections.",
     )
 
 
@@ -117,8 +126,8 @@ def engravings_table(ev: dict[str, Any]) -> Table | None:
                 str(f.get("pages", 0)),
                 found,
                 fmt(f.get("valid_rate")),
-                fmt(f.get("note_error_rate")),
-                fmt(f.get("note_error_rate_pitch")),
+                with_interval(f, "note_error_rate"),
+                with_interval(f, "note_error_rate_pitch"),
                 fmt(base.get("note_error_rate")),
             ]
         )
@@ -130,7 +139,8 @@ def engravings_table(ev: dict[str, Any]) -> Table | None:
         "The same held-out parts engraved by LilyPond (the training engraver) and by Verovio in "
         "a music font (verovio:<font>), clean and made to look scanned or photographed (+scan: "
         "resolution, JPEG, threshold, skew, perspective, curl, light, bleed-through, broken "
-        "lines). Each page's truth comes from its engraver's own layout (docs/evaluation.md).",
+        "lines). Each page's truth comes from its engraver's own layout (docs/evaluation.md). "
+        "In brackets: the 95 % bootstrap interval over the parts.",
     )  # fmt: skip
 
 

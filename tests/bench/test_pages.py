@@ -5,12 +5,13 @@ page from LilyPond's layout report (checked against the staves the page cutter f
 from __future__ import annotations
 
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
 
-from benchmarks.pages import engrave, music21_notes
+from benchmarks.pages import against, engrave, music21_notes
 from sonfolio.config.params import load_params
 from sonfolio.score.common.canonical import validate
 from sonfolio.score.common.lilypond import find_lilypond
@@ -21,6 +22,7 @@ from sonfolio.score.data.parse import abc_tune_score
 from sonfolio.score.eval.page_eval import (
     Note,
     baseline_distance,
+    compare,
     edit_rate,
     notes_of,
     page_truth,
@@ -135,8 +137,10 @@ def test_edit_rates_and_the_most_common_note_baseline():
     assert baseline_distance([]) == 0
 
 
-def row(true: int, found: int, valid: int, notes: int, dist: int) -> dict:
+def row(true: int, found: int, valid: int, notes: int, dist: int, piece: str = "a", page: int = 1):
     return {
+        "piece": piece,
+        "page": page,
         "true_systems": true,
         "found_systems": found,
         "valid_systems": valid,
@@ -150,7 +154,7 @@ def row(true: int, found: int, valid: int, notes: int, dist: int) -> dict:
 
 
 def test_summary_sums_over_pages():
-    s = summarize([row(10, 10, 5, 100, 10), row(4, 3, 0, 300, 270)])
+    s = summarize([row(10, 10, 5, 100, 10, "a"), row(4, 3, 0, 300, 270, "b")])
     assert s["note_error_rate"] == pytest.approx(280 / 400)  # not the mean of 0.1 and 0.9
     assert s["note_error_rate_pitch"] == pytest.approx(140 / 400)
     assert s["valid_rate"] == pytest.approx(5 / 13, abs=1e-4)
@@ -158,6 +162,23 @@ def test_summary_sums_over_pages():
     assert s["systems_found_ratio"]["pages_within_0.95_1.05"] == 0.5
     assert s["baseline_most_common_note"]["note_error_rate"] == 1.0
     assert Note("C4", Fraction(1), Fraction(0)).pitch == "C4"
+    assert s["pieces"] == 2
+    low, high = s["note_error_rate_ci95"]
+    assert low < 280 / 400 < high
+
+
+def test_pages_of_one_piece_are_resampled_together():
+    """Two pieces, one read well over ten pages and one badly over ten: resampled by piece the
+    interval spans most of the way between them; resampling the 20 pages one by one would make
+    it look twice as sure (the pages of one piece err together)."""
+    rows = [row(3, 3, 3, 100, 5, "good", k) for k in range(10)]
+    rows += [row(3, 3, 3, 100, 45, "bad", k) for k in range(10)]
+    s = summarize(rows)
+    low, high = s["note_error_rate_ci95"]
+    assert s["note_error_rate"] == 0.25 and low <= 0.06 and high >= 0.44
+    one_piece_a_page = summarize([{**r, "piece": f"{r['piece']}{r['page']}"} for r in rows])
+    page_low, page_high = one_piece_a_page["note_error_rate_ci95"]
+    assert page_high - page_low < (high - low) * 0.7
 
 
 @pytest.mark.slow
@@ -201,3 +222,28 @@ def test_a_kept_sample_shows_the_page_as_straightened_when_the_reader_turned_it(
             width, height = turned_size((900, 1200), angle)
             assert kept.width == SAMPLE_WIDTH
             assert abs(kept.height - height * SAMPLE_WIDTH / width) <= 1  # PIL rounds its own way
+
+
+def test_a_second_model_is_compared_on_the_same_pages():
+    """--against: the second model's rates minus the first's on the same pages, paired by
+    piece; a model better on every piece is told apart (the interval is below 0), one that
+    reads as well is not; pages that differ are refused, not compared."""
+    first = [row(3, 3, 3, 100, 20 + 2 * k, f"p{k}", 1) for k in range(8)]
+    better = [{**r, "distance": r["distance"] - 5 - k % 3} for k, r in enumerate(first)]
+    same = [{**r, "distance": r["distance"] + (3 if k % 2 else -3)} for k, r in enumerate(first)]
+    told = compare(first, better)
+    assert told["note_error_rate_difference"] == pytest.approx(-47 / 800, abs=1e-4)
+    assert told["note_error_rate_difference_ci95"][1] < 0
+    low, high = compare(first, same)["note_error_rate_difference_ci95"]
+    assert low < 0 < high
+    with pytest.raises(ValueError, match="same pages"):
+        compare(first, first[1:])
+
+    result = {"rows": [{**r, "engraving": "lilypond"} for r in first]}
+    other = {
+        "rows": [{**r, "engraving": "lilypond"} for r in better],
+        "by_engraving": {"lilypond": summarize(better)},
+    }
+    out = against(Path("model_b"), result, other)["by_engraving"]["lilypond"]
+    assert out["note_error_rate"] == summarize(better)["note_error_rate"]
+    assert out["note_error_rate_difference"] == told["note_error_rate_difference"]
