@@ -56,3 +56,13 @@ def difference_interval(
         ).confidence_interval  # fmt: skip
         interval = [round(float(ci.low), 4), round(float(ci.high), 4)]
     return {"difference": round(diff, 4), "difference_ci95": interval}
+
+
+def grouped(errors: list[float], totals: list[float], keys: list[str]) -> tuple[list, list]:
+    """(errors summed, totals summed) per key, in first-seen order: the groups to resample."""
+    sums: dict[str, list[float]] = {}
+    for e, t, k in zip(errors, totals, keys, strict=True):
+        pair = sums.setdefault(k, [0, 0])
+        pair[0] += e
+        pair[1] += t
+    return [e for e, _ in sums.values()], [t for _, t in sums.values()]

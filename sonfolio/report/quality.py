@@ -66,7 +66,7 @@ def before_after_table(track: ReportFace, ev: dict[str, Any]) -> Table | None:
 
 
 def with_interval(figures: dict[str, Any], key: str) -> str:
-    """A note rate and, where the eval gave one, its 95 % interval over the pieces."""
+    """A rate and, where the eval gave one (`<key>_ci95`), its 95 % interval."""
     ci = figures.get(f"{key}_ci95")
     value = fmt(figures.get(key))
     return f"{value} ({fmt(ci[0])}-{fmt(ci[1])})" if ci else value
@@ -185,9 +185,9 @@ def real_items(
         [
             name + (" (untouched base)" if name == base else ""),
             m.get("kind", "—"),
-            fmt(m.get("wer")),
+            with_interval(m, "wer"),
             fmt(m.get("cer")),
-            fmt(m.get("wer_vs_base")) if name != base else "—",
+            with_interval(m, "wer_vs_base") if name != base else "—",
             m.get("gate", "—") if name != base else "—",
             fmt(m.get("clips_per_s")),
         ]
@@ -199,7 +199,8 @@ def real_items(
         "French prompts read by one Canadian French speaker (Debian asterisk-core-sounds-fr, "
         "CC-BY-SA-3.0), never trained or tuned on, each read whole as `sonfolio transcribe` "
         "reads a file. Gate: a variant's WER may exceed the untouched base's by at most "
-        f"+{real.get('max_wer_increase', '—')} (speech_eval.real). "
+        f"+{real.get('max_wer_increase', '—')} (speech_eval.real). In brackets: 95 % "
+        "bootstrap intervals over the clips (WER vs base: paired, the same clips). "
         + ("Past the gate: " + "; ".join(failed) if failed else "No variant is past the gate.")
     )
     items: list[Item] = [

@@ -211,6 +211,10 @@ def test_a_variant_worse_than_the_base_is_marked_with_both_figures(
     (failure,) = got["gate_failures"]
     assert failure.startswith("int8_like: real-voice WER ")
     assert f"{found['int8_like']['wer']:.4f} vs the untouched base's 1.0000" in failure
+    # how sure: paired over the same clips (one speaker: each clip a group)
+    assert found["speech_fp32"]["wer_vs_base_ci95"] == [0.0, 0.0]
+    assert found["int8_like"]["wer_vs_base_ci95"][0] > 0 and "95 % interval" in failure
+    assert found["int8_like"]["wer_ci95_over"] == "3 clips"
     for name in found:
         preds = read_jsonl(tmp_path / "samples" / name / "real" / "predictions.jsonl")
         assert len(preds) == 3 and all(p["audio"].startswith(str(data)) for p in preds)
@@ -315,7 +319,8 @@ def test_the_report_shows_the_figures_the_gate_and_an_absent_set(tmp_path, param
             "max_wer_increase": 0.0,
             "variants": {
                 "speech_fp32": {"kind": "torch", "wer": 0.41, "cer": 0.2, "wer_vs_base": 0.09,
-                                "gate": "failed", "worst": []},
+                                "wer_vs_base_ci95": [0.05, 0.13], "gate": "failed",
+                                "worst": []},
                 "base_zero_shot": {"kind": "torch", "wer": 0.32, "cer": 0.15, "worst": []},
             },
             "gate_failures": ["speech_fp32: real-voice WER 0.4100 vs the untouched base's 0.3200"],
@@ -324,10 +329,48 @@ def test_the_report_shows_the_figures_the_gate_and_an_absent_set(tmp_path, param
     src = Sources(tmp_path, tmp_path, {"speech": tmp_path}, tmp_path)
     table, clips = real_items(REPORT, ev, src, tmp_path, params.report)
     assert isinstance(table, Table) and isinstance(clips, Table)
-    assert table.rows[0][:6] == ["speech_fp32", "torch", "0.41", "0.2", "0.09", "failed"]
+    row = ["speech_fp32", "torch", "0.41", "0.2", "0.09 (0.05-0.13)", "failed"]
+    assert table.rows[0][:6] == row  # the difference with its interval where the eval gave one
     assert table.rows[1][0] == "base_zero_shot (untouched base)"
     assert "Past the gate: speech_fp32: real-voice WER 0.4100" in table.note
     ev["real"] = {"absent": "apt-get is not on PATH"}
     (item,) = real_items(REPORT, ev, src, tmp_path, params.report)
     assert isinstance(item, Missing) and "apt-get is not on PATH" in item.what
     assert real_items(REPORT, {"variants": {}}, src, tmp_path, params.report) == []
+
+
+def test_the_gate_says_how_sure_its_difference_is(params):
+    """A variant worse than the base on every clip gets an interval above 0; one that errs as
+    often, on other clips, an interval around 0: the gate's figure with how far it could move."""
+    base = [(1, 10), (0, 8), (2, 12), (1, 9), (0, 10), (1, 11), (2, 10), (0, 9)]
+    worse = [(e + 2, w) for e, w in base]
+    shuffled = [(e + (1 if k % 2 else -1) * (e > 0 or k % 2), w) for k, (e, w) in enumerate(base)]
+    words = sum(w for _, w in base)
+    per_variant = {
+        name: {"wer": sum(e for e, _ in c) / words}
+        for name, c in (("base", base), ("worse", worse), ("alike", shuffled))
+    }
+    counts = {"base": base, "worse": worse, "alike": shuffled}
+    failures = real_eval.check_gate(per_variant, "base", params.speech_eval, counts)
+    low, high = per_variant["worse"]["wer_vs_base_ci95"]
+    assert 0 < low < 16 / words < high
+    low, high = per_variant["alike"]["wer_vs_base_ci95"]
+    assert low < 0 < high
+    assert any(f.startswith("worse:") and "95 % interval over the clips +" in f for f in failures)
+
+
+def test_a_split_of_several_voices_is_resampled_by_voice():
+    """The test split's unheard voices: each voice's clips err together, so the interval is
+    over the voices, and over the clips only where there is one voice."""
+    from sonfolio.speech.eval.evaluate import wer_interval
+
+    rows = [{"speaker": v} for v in ("a", "a", "b", "b", "c", "c")]
+    refs = ["un deux trois quatre"] * 6
+    hyps = ["un deux trois quatre", "un deux trois", "un", "un deux", "un deux trois quatre"] * 1
+    hyps.append("un deux trois quatre")
+    got = wer_interval(rows, refs, hyps)
+    assert got["wer_ci95_over"] == "3 voices"
+    low, high = got["wer_ci95"]
+    assert low < 6 / 24 < high
+    alone = wer_interval([{"speaker": "a"}] * 6, refs, hyps)
+    assert alone["wer_ci95_over"] == "6 clips"

@@ -26,7 +26,7 @@ from music21 import pitch
 from PIL import Image
 from rapidfuzz.distance import Levenshtein
 
-from sonfolio.intervals import difference_interval, rate_interval
+from sonfolio.intervals import difference_interval, grouped, rate_interval
 from sonfolio.score.common.canonical import CanonicalError, bar_lengths, validate
 from sonfolio.score.common.lexicon import (
     ALTER,
@@ -162,15 +162,11 @@ def page_row(
     }
 
 
-def by_piece(rows: list[dict], key: str) -> tuple[list[int], list[int]]:
+def by_piece(rows: list[dict], key: str) -> tuple[list, list]:
     """(`key` summed, truth notes summed) per piece, in first-seen order: the groups the
     intervals resample (a piece's pages share its style and its engraving's scale)."""
-    sums: dict[str, list[int]] = {}
-    for r in rows:
-        pair = sums.setdefault(r["piece"], [0, 0])
-        pair[0] += r[key]
-        pair[1] += r["truth_notes"]
-    return [e for e, _ in sums.values()], [t for _, t in sums.values()]
+    return grouped([r[key] for r in rows], [r["truth_notes"] for r in rows],
+                   [r["piece"] for r in rows])  # fmt: skip
 
 
 def summarize(rows: list[dict]) -> dict[str, Any]:

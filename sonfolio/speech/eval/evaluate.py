@@ -17,6 +17,7 @@ import jiwer
 import numpy as np
 
 from sonfolio.evaluation import Decoded
+from sonfolio.intervals import grouped, rate_interval
 from sonfolio.io import write_json, write_jsonl
 from sonfolio.speech.common.audio import SAMPLE_RATE, decode
 from sonfolio.speech.common.normalize import normalize
@@ -47,12 +48,27 @@ def error_rates(wer: Any, cer: Any, refs: list[str], hyps: list[str]) -> dict[st
     }
 
 
-def utterance_wer(ref: str, hyp: str) -> float:
-    """One clip's WER (jiwer, as the metric module): ranks the worst examples."""
+def word_counts(ref: str, hyp: str) -> tuple[int, int]:
+    """One clip's (word errors, reference words), as jiwer counts them for the corpus WER."""
     out = jiwer.process_words(ref, hyp)
     words = out.hits + out.substitutions + out.deletions
-    errors = out.substitutions + out.deletions + out.insertions
+    return out.substitutions + out.deletions + out.insertions, words
+
+
+def utterance_wer(ref: str, hyp: str) -> float:
+    """One clip's WER (jiwer, as the metric module): ranks the worst examples."""
+    errors, words = word_counts(ref, hyp)
     return errors / words if words else float(errors > 0)
+
+
+def wer_interval(rows: list[dict], refs: list[str], hyps: list[str]) -> dict[str, Any]:
+    """The WER's 95 % bootstrap interval (sonfolio.intervals), resampled by voice where the
+    clips come from several (an unheard voice errs on all its clips alike), else by clip."""
+    counts = [word_counts(r, h) for r, h in zip(refs, hyps, strict=True)]
+    voices = [r.get("speaker") or "unknown" for r in rows]
+    keys, over = (voices, "voices") if len(set(voices)) > 1 else (list(range(len(rows))), "clips")
+    errors, words = grouped([e for e, _ in counts], [w for _, w in counts], keys)
+    return {"wer_ci95": rate_interval(errors, words), "wer_ci95_over": f"{len(errors)} {over}"}
 
 
 class Scorer:
@@ -73,6 +89,7 @@ class Scorer:
         refs = [normalize(r["text"]) for r in rows]
         norm = [normalize(h) for h in hyps]
         result: dict[str, Any] = {**self.rates(refs, norm), "clips": len(rows)}
+        result.update(wer_interval(rows, refs, norm))
         by_voice: dict[str, list[int]] = defaultdict(list)
         for i, r in enumerate(rows):
             by_voice[r.get("speaker") or "unknown"].append(i)

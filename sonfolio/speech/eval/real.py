@@ -23,12 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 from sonfolio import variant_eval, variants
 from sonfolio.evaluation import Decoded
+from sonfolio.intervals import difference_interval
 from sonfolio.io import read_jsonl
 from sonfolio.parallel import batched, progress
 from sonfolio.speech.common.audio import SAMPLE_RATE, decode
 from sonfolio.speech.decode.chunks import join_texts, plan_chunks, processor_window_s
 from sonfolio.speech.decode.transcribe import read_pieces
-from sonfolio.speech.eval.evaluate import Scorer, zero_shot_base
+from sonfolio.speech.eval.evaluate import Scorer, word_counts, zero_shot_base
 
 if TYPE_CHECKING:
     from sonfolio.config.eval import SpeechEval
@@ -88,9 +89,21 @@ def read_clips(v: variants.Variant, rows: list[dict], data: Path, infer: Infer) 
     return texts
 
 
-def check_gate(per_variant: dict[str, dict], base: str | None, cfg: SpeechEval) -> list[str]:
+def clip_counts(predictions: Path) -> list[tuple[int, int]]:
+    """(word errors, reference words) of each clip of a predictions.jsonl the Scorer wrote."""
+    return [word_counts(r["ref_norm"], r["hyp_norm"]) for r in read_jsonl(predictions)]
+
+
+def check_gate(
+    per_variant: dict[str, dict],
+    base: str | None,
+    cfg: SpeechEval,
+    counts: dict[str, list[tuple[int, int]]] | None = None,
+) -> list[str]:
     """Mark each fine-tuned variant against the base on the real voice (`<metric>_vs_base`,
-    `gate`: passed | failed | unchecked); the failures, each with both figures."""
+    `gate`: passed | failed | unchecked); the failures, each with both figures. With each
+    one's per-clip `counts` (the same clips in the same order), the difference also gets its
+    paired 95 % bootstrap interval over the clips (`wer_vs_base_ci95`): how sure it is."""
     allowed = cfg.real.max_wer_increase
     if base is None:
         for name in per_variant:
@@ -103,11 +116,21 @@ def check_gate(per_variant: dict[str, dict], base: str | None, cfg: SpeechEval) 
             continue
         loss = round(m[GATE_METRIC] - ref, 4)
         m[f"{GATE_METRIC}_vs_base"] = loss
+        sure = ""
+        if counts and name in counts and base in counts:
+            mine, theirs = counts[name], counts[base]
+            diff = difference_interval(
+                [e for e, _ in theirs], [e for e, _ in mine], [w for _, w in theirs]
+            )
+            m[f"{GATE_METRIC}_vs_base_ci95"] = diff["difference_ci95"]
+            if diff["difference_ci95"]:
+                low, high = diff["difference_ci95"]
+                sure = f"; 95 % interval over the clips {low:+.4f} to {high:+.4f}"
         m["gate"] = "failed" if loss > allowed else "passed"
         if loss > allowed:
             failures.append(
                 f"{name}: real-voice {GATE_METRIC.upper()} {m[GATE_METRIC]:.4f} vs the untouched "
-                f"base's {ref:.4f} (+{loss:.4f} > the allowed +{allowed})"
+                f"base's {ref:.4f} (+{loss:.4f} > the allowed +{allowed}{sure})"
             )
     return failures
 
@@ -151,7 +174,8 @@ def evaluate_real(
         shutil.rmtree(target, ignore_errors=True)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(work / name, target)
-    failures = check_gate(per_variant, base.name if base else None, cfg)
+    counts = {name: clip_counts(samples / name / SPLIT / "predictions.jsonl") for name in found}
+    failures = check_gate(per_variant, base.name if base else None, cfg, counts)
     result = {
         "clips": len(every),
         "audio_s": round(sum(r["duration"] for r in every), 1),
