@@ -139,3 +139,31 @@ def test_bar_tolerant_reader_is_canonicals_own():
     with pytest.raises(canonical.CanonicalError, match="longer than the measure"):
         canonical.validate(H + "c'1 | d'1 e'4")
     assert check_grammar(H + "c'1 | d'1 e'4") is None  # a long last bar: compiled, counted
+
+
+def test_a_text_another_variant_wrote_is_not_compiled_again(lilypond, monkeypatch, tmp_path):
+    """eval@score's variants mostly write the same texts: each (text, time) goes to LilyPond
+    once per run, again only where its render is kept, and every row still gets its result."""
+    from types import SimpleNamespace
+
+    from sonfolio.score.eval.evaluate import compile_all
+
+    spy = Spy()
+    real = compile_check.compile_texts
+    monkeypatch.setattr(
+        compile_check, "compile_texts", lambda *a, **kw: real(*a, **kw, compile_fn=spy)
+    )
+    cfg = SimpleNamespace(compile_batch=8, compile_timeout_s=60.0, render_dpi=72)
+    other = H + "g'1 | c''1"
+    known: dict = {}
+    first = compile_all([GOOD, SHORT_BAR, GOOD], cfg, lilypond, {}, "a", None, known)
+    assert spy.seen == [GOOD, SHORT_BAR]
+    keep = {0: tmp_path / "kept.png"}
+    second = compile_all([SHORT_BAR, GOOD, other], cfg, lilypond, keep, "b", None, known)
+    assert spy.seen == [GOOD, SHORT_BAR, SHORT_BAR, other]  # the kept render, the new text
+    assert keep[0].is_file()
+    assert [r.outcome for r in first] == ["compiled"] * 3 and first[1].bar_check
+    assert second[0].bar_check and not second[1].bar_check and second[2].outcome == "compiled"
+    # another time in force is another text to LilyPond
+    compile_all([GOOD], cfg, lilypond, {}, "c", ["3/4"], known)
+    assert spy.seen[-1] == GOOD and len(spy.seen) == 5

@@ -49,6 +49,9 @@ def choose_examples(
     return picks
 
 
+Known = dict[tuple[str, str | None], compile_check.CompileResult]
+
+
 def compile_all(
     hyps: list[str],
     cfg: ScoreEval,
@@ -56,29 +59,34 @@ def compile_all(
     keep: dict[int, Path],
     label: str,
     times: list[str | None] | None = None,
+    known: Known | None = None,
 ) -> list[compile_check.CompileResult]:
     """Compile results per prediction, each read in its row's time in force (`times`); each
-    distinct (text, time) is compiled once."""
+    distinct (text, time) is compiled once, and not at all where `known` (results of earlier
+    calls, updated here: variants mostly write the same texts) has it and no render is kept."""
+    known = {} if known is None else known
     pairs = list(zip(hyps, times or [None] * len(hyps), strict=True))
     unique = list(dict.fromkeys(pairs))
     where = {t: k for k, t in enumerate(unique)}
     keep_unique = {where[pairs[i]]: path for i, path in keep.items()}
+    todo = [k for k, pair in enumerate(unique) if pair not in known or k in keep_unique]
     with Progress(transient=True) as bar:
-        task = bar.add_task(f"{label}: compiling", total=len(unique))
-        results = compile_check.compile_texts(
-            [text for text, _ in unique],
+        task = bar.add_task(f"{label}: compiling", total=len(todo))
+        fresh = compile_check.compile_texts(
+            [unique[k][0] for k in todo],
             exe,
             batch_size=cfg.compile_batch,
             timeout_s=cfg.compile_timeout_s,
             resolution=cfg.render_dpi,
-            keep=keep_unique,
+            keep={n: keep_unique[k] for n, k in enumerate(todo) if k in keep_unique},
             on_batch=lambda n: bar.advance(task, n),
-            times=[time for _, time in unique],
+            times=[unique[k][1] for k in todo],
         )
+    known.update((unique[k], r) for k, r in zip(todo, fresh, strict=True))
     # A text kept for several rows was copied once: every row's path points at that copy.
     for i in keep:
         keep[i] = keep_unique[where[pairs[i]]]
-    return [results[where[p]] for p in pairs]
+    return [known[p] for p in pairs]
 
 
 class TruthRenders:
@@ -112,6 +120,7 @@ class Scorer:
     def __init__(self, cfg: ScoreEval, data: Path, lilypond: Path, work: Path) -> None:
         self.cfg, self.data, self.exe, self.work = cfg, data, lilypond, work
         self.truths = TruthRenders(work / "truth", lilypond, cfg)
+        self.compiled: Known = {}  # (text, time) -> result, across variants and splits
 
     def score(self, decoded: Decoded, folder: Path) -> dict[str, Any]:
         """Metrics of one variant's predictions on one split; writes predictions.jsonl and
@@ -123,7 +132,8 @@ class Scorer:
         renders = {i: self.work / variant / split / f"{i}.png" for i in picks}
         t0 = time.perf_counter()
         times = [r.get("time") for r in rows]  # the time in force before each system
-        results = compile_all(hyps, self.cfg, self.exe, renders, f"{variant} {split}", times)
+        label = f"{variant} {split}"
+        results = compile_all(hyps, self.cfg, self.exe, renders, label, times, self.compiled)
         compile_s = time.perf_counter() - t0
         truth = self.truths.get(split, rows, sorted(picks))
         folder.mkdir(parents=True, exist_ok=True)
