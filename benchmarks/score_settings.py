@@ -13,7 +13,10 @@ Writes: benchmarks/results/score_settings.json and prints a table: per setting, 
         by score_eval.pages.variant, int8_ptq by default, as `sonfolio read --page` reads),
         and what the FP32 model's held-out readings make of the rhythms: dotted durations
         and triplets in the truth against those written, and the SER of the systems that
-        hold a triplet; the training minutes.
+        hold a triplet; the training minutes; `pages_vs_root`: its page note rates minus
+        RUN's on the same pages, per engraving, with the paired 95 % interval over the parts
+        (where both evals kept their page rows: a difference whose interval holds 0 is not
+        told apart from the pages drawn; another seed is another draw again, `seed_0`).
 
 Each setting runs in RUN/benchmarks/score_settings/<name>/ (params.yaml with its overrides) as
 the stages do, each in a fresh process: `python -m tasks.data score` (unless only score_train
@@ -174,6 +177,37 @@ def figures(work: Path) -> dict[str, Any]:
     }
 
 
+def page_rows(run: Path) -> list[dict[str, Any]] | None:
+    """Every held-out page's figures as eval@score wrote them in `run`; None where that eval
+    predates them."""
+    from sonfolio.config.commands import InferParams
+    from sonfolio.config.sections import read_sections
+    from sonfolio.score.eval.page_eval import ROWS
+
+    if not (run / "params.yaml").is_file():
+        return None
+    paths = read_sections(InferParams, run / "params.yaml").paths.track("score")
+    found = run / paths.eval / "samples" / "pages" / ROWS
+    return read_jsonl(found) if found.is_file() else None
+
+
+def against_root(work: Path, root: Path) -> dict[str, Any] | None:
+    """The setting's page note rates minus the root run's on the same pages, per engraving,
+    with the paired 95 % interval over the parts (page_eval.compare); None where either eval
+    kept no page rows."""
+    from sonfolio.score.eval.page_eval import compare
+
+    mine, theirs = page_rows(work), page_rows(root)
+    if mine is None or theirs is None:
+        return None
+    out = {}
+    for name in dict.fromkeys(r["engraving"] for r in theirs):
+        a = [r for r in theirs if r["engraving"] == name]
+        b = [r for r in mine if r["engraving"] == name]
+        out[name] = compare(a, b) if b else None
+    return out
+
+
 def table(result: dict[str, Any]) -> Table:
     t = Table(title="score settings as eval@score reads them (SER: FP32; pages: pages.variant)")
     cols = ["setting", "test TER", "held-out TER", "SER test / held-out",
@@ -223,6 +257,7 @@ def main() -> None:
     for name in [] if args.runs and args.only is None else args.only or list(SETTINGS):
         work = run_setting(args.root, name, SETTINGS[name], args.params)
         result["settings"][name] = {"overrides": SETTINGS[name], **figures(work)}
+        result["settings"][name]["pages_vs_root"] = against_root(work, args.root)
         result |= cpu.run_conditions(load_before)
         publish(args.out, result, lambda r: console(200).print(table(r)))
 

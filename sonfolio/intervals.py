@@ -37,11 +37,13 @@ def difference_interval(
 ) -> dict[str, float | list[float] | None]:
     """B's rate minus A's on the same groups (a paired comparison: both read the same pages or
     clips), with its 95 % percentile bootstrap interval over groups: an interval that holds 0
-    does not tell the two apart on these samples."""
+    does not tell the two apart on these samples; no interval under 2 groups."""
     a, b, t = (np.asarray(x, float) for x in (errors_a, errors_b, totals))
-    if len(t) < 2 or t.sum() <= 0:
+    if t.sum() <= 0:
         return {"difference": None, "difference_ci95": None}
     diff = float(_ratio(b, t) - _ratio(a, t))
+    if len(t) < 2:  # one group: nothing to resample
+        return {"difference": round(diff, 4), "difference_ci95": None}
 
     def statistic(a: np.ndarray, b: np.ndarray, t: np.ndarray, axis: int = -1) -> np.ndarray:
         return _ratio(b, t, axis) - _ratio(a, t, axis)

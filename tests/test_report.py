@@ -131,7 +131,10 @@ def score_eval(root: Path) -> dict:
     return {
         "reference": "score_fp32",
         "variants": {
-            "score_fp32": {"kind": "torch", "splits": {"test": split(0.9076)}},
+            "score_fp32": {
+                "kind": "torch",
+                "splits": {"test": {**split(0.9076), "ser_ci95": [0.85, 0.95]}},
+            },
             "int8_ptq": {"kind": "onnx", "splits": {"test": split(0.9090)}},
         },
         "pages": pages,
@@ -257,6 +260,13 @@ def report_table(run_dir, params, title):
     html = (out / "index.html").read_text(encoding="utf-8")
     table = html[html.index(title) :]
     return table[: table.index("</table>")]
+
+
+def test_the_headline_has_its_interval_where_the_eval_gave_one(run_dir, params):
+    table = report_table(run_dir, params, "Quality per variant (reference: score_fp32)")
+    fp32 = table[table.index("<td>score_fp32</td>") : table.index("<td>int8_ptq</td>")]
+    assert "<td>0.9076 (0.85-0.95)</td>" in fp32
+    assert "<td>0.909</td>" in table[table.index("<td>int8_ptq</td>") :]  # none given: none
 
 
 def test_whole_pages_stand_beside_the_systems_read_alone(run_dir, params):

@@ -23,14 +23,21 @@ def quality_table(track: ReportFace, ev: dict[str, Any]) -> Table:
     for variant, v in ev["variants"].items():
         for split, s in v.get("splits", {}).items():
             rows.append(
-                [variant, v.get("kind", "—"), split, *(fmt(s.get(k)) for k in track.report_quality)]
+                [
+                    variant,
+                    v.get("kind", "—"),
+                    split,
+                    *(with_interval(s, k) for k in track.report_quality),
+                ]  # fmt: skip
             )
     return Table(
         f"Quality per variant (reference: {ev.get('reference', '—')})",
         ["variant", "runtime", "split", *track.report_quality],
         rows,
         "delta_*: the variant minus the reference model on the same samples (positive = worse "
-        "for error rates). Definitions: docs/evaluation.md. Measured on "
+        "for error rates). In brackets: the headline's 95 % bootstrap interval, over the pieces "
+        "(score) or the voices (speech): how far it could move on other samples of the same "
+        "kind. Definitions: docs/evaluation.md. Measured on "
         f"{ev.get('cpu', {}).get('summary', 'a CPU not recorded')}.",
     )
 

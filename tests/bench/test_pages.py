@@ -247,3 +247,12 @@ def test_a_second_model_is_compared_on_the_same_pages():
     out = against(Path("model_b"), result, other)["by_engraving"]["lilypond"]
     assert out["note_error_rate"] == summarize(better)["note_error_rate"]
     assert out["note_error_rate_difference"] == told["note_error_rate_difference"]
+
+
+def test_one_piece_has_a_difference_and_no_interval():
+    one = [row(3, 3, 3, 100, 20, "only", k) for k in (1, 2)]
+    got = compare(one, [{**r, "distance": 10} for r in one])
+    assert (
+        got["note_error_rate_difference"] == -0.1 and got["note_error_rate_difference_ci95"] is None
+    )
+    assert summarize(one)["note_error_rate_ci95"] is None

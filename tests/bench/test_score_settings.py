@@ -7,7 +7,15 @@ import pytest
 import yaml
 from project_repo import tiny_params
 
-from benchmarks.score_settings import REPO, SETTINGS, _override, figures, rhythms, run_setting
+from benchmarks.score_settings import (
+    REPO,
+    SETTINGS,
+    _override,
+    against_root,
+    figures,
+    rhythms,
+    run_setting,
+)
 from sonfolio.config.params import Params
 
 
@@ -88,3 +96,7 @@ def test_a_setting_runs_the_score_stages_and_is_read(tmp_path):
     assert got["steps"] == 2 and set(got["ser"]) == set(raw["score_eval"]["splits"])
     assert set(got["pages"]) == {"lilypond"}
     assert got["heldout_rhythms"]["dotted_truth"] >= got["heldout_rhythms"]["dotted_eighths_truth"]
+    # its pages paired with a run's (here its own: no difference), none where a run has no rows
+    same = against_root(work, work)["lilypond"]
+    assert same["note_error_rate_difference"] == 0 and same["pages"] >= 1
+    assert against_root(work, tmp_path) is None

@@ -85,6 +85,10 @@ def test_metrics_per_variant_and_split(evaluated):
             assert counted + m["timeouts"] == m["systems"]
             assert set(m["errors_by_kind"]) >= {"pitch", "octave", "duration", "barline"}
             assert "delta_ser" in m and "delta_compile_rate" in m
+            # how sure: resampled by piece (here each system its own piece)
+            assert m["ser_ci95_over"] == f"{len(SYSTEMS[split])} pieces"
+            low, high = m["ser_ci95"]
+            assert low <= m["ser"] <= high
     # The ONNX export of the same weights decodes the same systems: no quality cost.
     assert metrics["variants"]["fp32"]["splits"]["test"]["delta_ser"] == 0.0
 
@@ -118,6 +122,13 @@ def test_whole_pages_are_engraved_read_and_measured(evaluated, params: Params, l
     for stem in ("lilypond", "verovio_leland", "verovio_petaluma_scan"):  # each engraving's page
         assert (kept / f"{stem}.png").is_file()
         assert json.loads((kept / f"{stem}.json").read_text())["found_systems"] >= 2
+    # every page's figures beside them: what another run's pages are compared with
+    pages = read_jsonl(kept / "rows.jsonl")
+    assert {r["engraving"] for r in pages} == set(kinds)
+    lily = [r for r in pages if r["engraving"] == "lilypond"]
+    assert sum(r["distance"] for r in lily) / sum(r["truth_notes"] for r in lily) == pytest.approx(
+        got["note_error_rate"], abs=1e-4
+    )
     assert got["pages"] >= 1 and got["parts"] == 1 and got["true_systems"] >= 2
     assert got["truth_notes"] == len(notes_of(text)[0])
     assert got["systems_found_ratio"]["overall"] == 1.0  # the cutter finds every line

@@ -70,6 +70,12 @@ def test_wer_cer_per_variant_split_and_voice(evaluated):
             assert set(m["per_voice"]) <= voices
             assert sum(v["clips"] for v in m["per_voice"].values()) == PER_SPLIT
             assert "delta_wer" in m and "delta_cer" in m
+            # its interval, over the voices the split holds (one voice: over the clips)
+            held = len(set(m["per_voice"]))
+            over = f"{held} voices" if held > 1 else f"{PER_SPLIT} clips"
+            assert m["wer_ci95_over"] == over
+            low, high = m["wer_ci95"]
+            assert low <= m["wer"] <= high
     onnx = metrics["variants"]["int8_like"]["splits"]["test"]
     assert onnx["delta_wer"] == pytest.approx(0.0, abs=1e-9)  # same weights, same transcripts
 

@@ -17,6 +17,7 @@ import torch
 from rich.progress import Progress
 
 from sonfolio.evaluation import Decoded
+from sonfolio.intervals import grouped, rate_interval
 from sonfolio.io import write_jsonl
 from sonfolio.score.eval import compile_check, metrics
 from sonfolio.score.eval.page_eval import system_note_rates
@@ -155,8 +156,13 @@ class Scorer:
             folder / "predictions.jsonl", _prediction_rows(rows, hyps, scores, results, picks)
         )
         notes = system_note_rates(refs, hyps)  # the measure whole pages are read with
+        pieces = [r.get("piece") or r["image"] for r in rows]  # a piece's systems err together
+        errors, symbols = grouped([s.errors for s in scores], [s.ref_symbols for s in scores],
+                                  pieces)  # fmt: skip
         return {
             **quality,
+            "ser_ci95": rate_interval(errors, symbols),
+            "ser_ci95_over": f"{len(errors)} pieces",
             "note_error_rate": notes["note_error_rate"],
             "note_error_rate_pitch": notes["note_error_rate_pitch"],
             **compile_check.summarize(results),

@@ -289,7 +289,8 @@ def evaluate_pages(
     with the pages read per second; `by_engraving` has the same per engraving. A part whose
     layout cannot be proven is counted and skipped for that engraving. `samples`: where the
     first page each engraving read is kept, its cut drawn on it, with its reading
-    (`keep_sample`), for the report."""
+    (`keep_sample`), for the report, and every page's figures (`ROWS`, one line a page with
+    its engraving: what `compare` pairs another run's pages with)."""
     from sonfolio.score.eval.engravings import (
         ENGRAVING,
         HeldOutPage,
@@ -339,11 +340,17 @@ def evaluate_pages(
         result["skipped_parts"] = dict(skipped[name])
         return result
 
+    if samples is not None:
+        from sonfolio.io import write_jsonl
+
+        samples.mkdir(parents=True, exist_ok=True)
+        write_jsonl(samples / ROWS, [{**r, "engraving": e} for e in rows for r in rows[e]])
     top = figures("lilypond") if "lilypond" in rows else {"pages": 0}
     return {**top, "by_engraving": {name: figures(name) for name in engravings}}
 
 
 SAMPLE_WIDTH = 900  # px: a kept page, as the report shows it
+ROWS = "rows.jsonl"  # beside the kept samples: every page's figures, by engraving
 
 
 def keep_sample(folder: Path, engraving: str, png: Path, reading: Any, row: dict) -> None:
