@@ -360,7 +360,7 @@ def against(model: Path, first: dict[str, Any], second: dict[str, Any]) -> dict[
 
 def interval(figures: dict[str, Any], key: str) -> str:
     ci = figures.get(f"{key}_ci95")
-    return f"{figures.get(key)} ({ci[0]}-{ci[1]})" if ci else str(figures.get(key))
+    return f"{figures.get(key)} ({ci[0]} to {ci[1]})" if ci else str(figures.get(key))
 
 
 def print_table(result: dict[str, Any]) -> None:

@@ -76,7 +76,7 @@ def with_interval(figures: dict[str, Any], key: str) -> str:
     """A rate and, where the eval gave one (`<key>_ci95`), its 95 % interval."""
     ci = figures.get(f"{key}_ci95")
     value = fmt(figures.get(key))
-    return f"{value} ({fmt(ci[0])}-{fmt(ci[1])})" if ci else value
+    return f"{value} ({fmt(ci[0])} to {fmt(ci[1])})" if ci else value
 
 
 def pages_table(ev: dict[str, Any]) -> Table | None:

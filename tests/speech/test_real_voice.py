@@ -329,7 +329,7 @@ def test_the_report_shows_the_figures_the_gate_and_an_absent_set(tmp_path, param
     src = Sources(tmp_path, tmp_path, {"speech": tmp_path}, tmp_path)
     table, clips = real_items(REPORT, ev, src, tmp_path, params.report)
     assert isinstance(table, Table) and isinstance(clips, Table)
-    row = ["speech_fp32", "torch", "0.41", "0.2", "0.09 (0.05-0.13)", "failed"]
+    row = ["speech_fp32", "torch", "0.41", "0.2", "0.09 (0.05 to 0.13)", "failed"]
     assert table.rows[0][:6] == row  # the difference with its interval where the eval gave one
     assert table.rows[1][0] == "base_zero_shot (untouched base)"
     assert "Past the gate: speech_fp32: real-voice WER 0.4100" in table.note

@@ -212,7 +212,10 @@ def compare(rows_a: list[dict], rows_b: list[dict]) -> dict[str, Any]:
     (matched by piece and page): B's note rates minus A's, each with its paired 95 % bootstrap
     interval over the pieces (sonfolio.evaluation.difference_interval). Raises ValueError when
     the two did not read the same pages."""
-    key = lambda r: (r["piece"], r["page"])  # noqa: E731
+
+    def key(r: dict) -> tuple[str, int]:
+        return r["piece"], r["page"]
+
     a, b = {key(r): r for r in rows_a}, {key(r): r for r in rows_b}
     if a.keys() != b.keys() or any(a[k]["truth_notes"] != b[k]["truth_notes"] for k in a):
         raise ValueError("the two models did not read the same pages: compare one run's pages")
