@@ -362,15 +362,16 @@ def test_the_gate_says_how_sure_its_difference_is(params):
 def test_a_split_of_several_voices_is_resampled_by_voice():
     """The test split's unheard voices: each voice's clips err together, so the interval is
     over the voices, and over the clips only where there is one voice."""
-    from sonfolio.speech.eval.evaluate import wer_interval
+    from sonfolio.speech.eval.evaluate import wer_interval, word_counts
 
     rows = [{"speaker": v} for v in ("a", "a", "b", "b", "c", "c")]
     refs = ["un deux trois quatre"] * 6
     hyps = ["un deux trois quatre", "un deux trois", "un", "un deux", "un deux trois quatre"] * 1
     hyps.append("un deux trois quatre")
-    got = wer_interval(rows, refs, hyps)
+    counts = [word_counts(r, h) for r, h in zip(refs, hyps, strict=True)]
+    got = wer_interval(rows, counts)
     assert got["wer_ci95_over"] == "3 voices"
     low, high = got["wer_ci95"]
     assert low < 6 / 24 < high
-    alone = wer_interval([{"speaker": "a"}] * 6, refs, hyps)
+    alone = wer_interval([{"speaker": "a"}] * 6, counts)
     assert alone["wer_ci95_over"] == "6 clips"

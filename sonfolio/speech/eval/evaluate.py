@@ -57,14 +57,18 @@ def word_counts(ref: str, hyp: str) -> tuple[int, int]:
 
 def utterance_wer(ref: str, hyp: str) -> float:
     """One clip's WER (jiwer, as the metric module): ranks the worst examples."""
-    errors, words = word_counts(ref, hyp)
+    return clip_rate(*word_counts(ref, hyp))
+
+
+def clip_rate(errors: int, words: int) -> float:
+    """A clip's WER from its `word_counts` (no reference words: 1 if anything was said)."""
     return errors / words if words else float(errors > 0)
 
 
-def wer_interval(rows: list[dict], refs: list[str], hyps: list[str]) -> dict[str, Any]:
-    """The WER's 95 % bootstrap interval (sonfolio.intervals), resampled by voice where the
-    clips come from several (an unheard voice errs on all its clips alike), else by clip."""
-    counts = [word_counts(r, h) for r, h in zip(refs, hyps, strict=True)]
+def wer_interval(rows: list[dict], counts: list[tuple[int, int]]) -> dict[str, Any]:
+    """The WER's 95 % bootstrap interval (sonfolio.intervals) from each clip's `word_counts`,
+    resampled by voice where the clips come from several (an unheard voice errs on all its
+    clips alike), else by clip."""
     voices = [r.get("speaker") or "unknown" for r in rows]
     keys, over = (voices, "voices") if len(set(voices)) > 1 else (list(range(len(rows))), "clips")
     errors, words = grouped([e for e, _ in counts], [w for _, w in counts], keys)
@@ -89,7 +93,8 @@ class Scorer:
         refs = [normalize(r["text"]) for r in rows]
         norm = [normalize(h) for h in hyps]
         result: dict[str, Any] = {**self.rates(refs, norm), "clips": len(rows)}
-        result.update(wer_interval(rows, refs, norm))
+        counts = [word_counts(r, h) for r, h in zip(refs, norm, strict=True)]  # once a clip
+        result.update(wer_interval(rows, counts))
         by_voice: dict[str, list[int]] = defaultdict(list)
         for i, r in enumerate(rows):
             by_voice[r.get("speaker") or "unknown"].append(i)
@@ -114,9 +119,9 @@ class Scorer:
                 "hyp": h,
                 "ref_norm": rn,
                 "hyp_norm": hn,
-                "wer": round(utterance_wer(rn, hn), 4),
+                "wer": round(clip_rate(e, w), 4),
             }
-            for r, h, rn, hn in zip(rows, hyps, refs, norm, strict=True)
+            for r, h, rn, hn, (e, w) in zip(rows, hyps, refs, norm, counts, strict=True)
         ]
         worst = sorted(per, key=lambda x: -x["wer"])[: self.cfg.worst_examples]
         folder.mkdir(parents=True, exist_ok=True)
