@@ -269,6 +269,37 @@ def test_a_copy_carries_every_field():
     assert all(getattr(copy, n) is getattr(state, n) for n in fields)
 
 
+def test_identity_holds_every_field_a_copy_carries():
+    """State.step's table shares one state among prefixes with equal identities: a field left
+    out of the identity would let a prefix take another's cache (and its refusals)."""
+    state = _state(rf"{H} c'4~ -. ( \tuplet 3/2 {{ c'8 d'8 <e'")
+    fields = [n for c in State.__mro__ for n in getattr(c, "__slots__", ())]
+    fields.remove("children")
+    fields.remove("_complete")
+    assert len(state.identity()) == len(fields)
+    for name in fields:
+        other = state.copy()
+        setattr(other, name, object())  # equal to nothing else
+        assert other.identity() != state.identity(), name
+    assert state.copy().identity() == state.identity()
+
+
+def test_prefixes_that_end_alike_share_one_state(vocab):
+    """Two readings that differ in an earlier bar reach one state (and one cache) through a
+    table; without it each has its own."""
+    table: dict = {}
+    ends = []
+    for text in (rf"{H} c'4 d'4 e'4 f'4 | g'1", rf"{H} c'4 d'4 e'4 g'4 | g'1"):
+        with_table, without = State.start(), State.start()
+        for i in vocab.ids(text):
+            with_table = with_table.step(vocab, i, table)
+            without = without.step(vocab, i)
+        assert with_table is not None and without is not None and with_table.complete
+        ends.append((with_table, without))
+    assert ends[0][0] is ends[1][0]
+    assert ends[0][1] is not ends[1][1] and ends[0][1].identity() == ends[1][1].identity()
+
+
 def test_a_refusal_costs_a_false_and_says_why_only_in_validate():
     """The decoders' refusal is a Why, the int 0 (tested as False, equal only to itself);
     validate runs the same parser, foreseeing nothing, and names the fault where it breaks."""
