@@ -172,6 +172,7 @@ class ScoreData(Strict):
     synthetic_fraction: Annotated[float, Field(ge=0.0, lt=1.0)]
     triplets: Fraction01  # share of train systems of real music given eighth triplets
     dotted: Fraction01  # share of train systems of real music given dotted eighth pairs
+    cut_time: Fraction01  # share of train systems of real music printing 4/4 made 2/2
     bars_per_system: Annotated[int, Field(ge=1, le=16)]
     engravers: ScoreEngravers
     pages: ScorePages

@@ -1,6 +1,6 @@
-"""Eighth triplets and dotted pairs written into train systems (score_data.triplets,
-score_data.dotted): where they go, what they keep, and that only train systems of real music
-get them."""
+"""Eighth triplets, dotted pairs and cut time written into train systems (score_data.triplets,
+score_data.dotted, score_data.cut_time): where they go, what they keep, and that only train
+systems of real music get them."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from sonfolio.config.params import Params
 from sonfolio.score.common import canonical as cn
 from sonfolio.score.common.canonical import System
 from sonfolio.score.data.dataset import plan, split_of
-from sonfolio.score.data.rhythms import middle, with_dotted, with_triplets
+from sonfolio.score.data.rhythms import middle, with_cut_time, with_dotted, with_triplets
 
 REEL = (
     "\\clef treble \\key d \\major \\time 4/4 \\partial 4 a'8 b'8 | "
@@ -108,6 +108,16 @@ def test_a_continuation_line_reads_the_time_in_force():
     assert _untripled(out) == line
 
 
+def test_a_printed_four_four_becomes_cut_time_and_the_rest_stays():
+    out = with_cut_time(REEL, None, random.Random(0))
+    assert out == REEL.replace("\\time 4/4", "\\time 2/2")
+    assert cn.is_canonical(out) and cn.header_time(out) == "2/2"
+    # a system printing another meter, or none (a continuation line), is left
+    assert with_cut_time(REEL.replace("4/4", "3/4").replace("\\partial 4 a'8 b'8 |", ""), None,
+                         random.Random(0)) is None  # fmt: skip
+    assert with_cut_time("\\clef treble \\key d \\major d''2 a'2", "4/4", random.Random(0)) is None
+
+
 def _systems() -> list[tuple[System, str]]:
     body = "d''8 a'8 fis'8 a'8 d'4 fis'8 a'8 | b'8 b'8 a'4 g'8 fis'8 e'8 d'8"
     text = f"\\clef treble \\key d \\major \\time 4/4 {body}"
@@ -118,10 +128,16 @@ def _systems() -> list[tuple[System, str]]:
 
 
 @pytest.mark.parametrize(
-    "share,count", [("triplets", "triplet_systems"), ("dotted", "dotted_systems")]
+    "share,count",
+    [
+        ("triplets", "triplet_systems"),
+        ("dotted", "dotted_systems"),
+        ("cut_time", "cut_time_systems"),
+    ],
 )
 def test_only_train_systems_of_real_music_get_the_rhythms(params: Params, share, count):
-    cfg = params.score_data.model_copy(update={"triplets": 0.0, "dotted": 0.0, share: 1.0})
+    off = {"triplets": 0.0, "dotted": 0.0, "cut_time": 0.0}
+    cfg = params.score_data.model_copy(update={**off, share: 1.0})
     made: Counter[str] = Counter()
     entries = plan(_systems(), cfg, made)
     original = _systems()[0][0].text
@@ -162,6 +178,6 @@ def test_triplets_and_dotted_pairs_drawn_apart(params: Params):
 
 def test_the_share_is_a_fraction(params: Params):
     data = params.score_data.model_dump()
-    for share in ("triplets", "dotted"):
+    for share in ("triplets", "dotted", "cut_time"):
         with pytest.raises(ValidationError, match=share):
             ScoreData.model_validate({**data, share: 1.5})

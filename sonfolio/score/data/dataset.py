@@ -37,7 +37,7 @@ from sonfolio.score.data.convert import systems_from_score
 from sonfolio.score.data.page_data import PageJob, PageResult, chosen, layout_for, page_systems
 from sonfolio.score.data.parse import SourceError, abc_tune_score, abc_tunes, pieces_from_file
 from sonfolio.score.data.render import RenderJob, RenderSettings, render_batch
-from sonfolio.score.data.rhythms import with_dotted, with_triplets
+from sonfolio.score.data.rhythms import with_cut_time, with_dotted, with_triplets
 from sonfolio.score.data.sources import Unit, display_name, list_units
 from sonfolio.score.data.synth import synth_systems
 
@@ -198,8 +198,9 @@ def plan(
 ) -> list[Entry]:
     """Assign splits and image paths; stable order so ids never depend on worker timing. A
     `score_data.triplets` share of the train systems of real music get eighth triplets, and a
-    `score_data.dotted` share dotted pairs (sonfolio.score.data.rhythms; each drawn apart,
-    seeded by image), counted in `made["triplet_systems"]` and `made["dotted_systems"]`."""
+    `score_data.dotted` share dotted pairs, and a `score_data.cut_time` share of those printing
+    4/4 print 2/2 (sonfolio.score.data.rhythms; each drawn apart, seeded by image), counted in
+    `made["triplet_systems"]`, `made["dotted_systems"]` and `made["cut_time_systems"]`."""
     entries: list[Entry] = []
     counters: Counter[str] = Counter()
     made = Counter() if made is None else made
@@ -213,6 +214,7 @@ def plan(
             for name, share, rewrite, count in (
                 ("triplets", cfg.triplets, with_triplets, "triplet_systems"),
                 ("dotted", cfg.dotted, with_dotted, "dotted_systems"),
+                ("cut_time", cfg.cut_time, with_cut_time, "cut_time_systems"),
             ):
                 rng = random.Random(augment_seed(cfg.seed, f"{name}/{image}"))
                 if share > 0 and rng.random() < share and (got := rewrite(text, system.time, rng)):
@@ -437,6 +439,7 @@ def build(
     stats = summarize(kept, skipped, dropped) | {
         "triplet_systems": made["triplet_systems"],
         "dotted_systems": made["dotted_systems"],
+        "cut_time_systems": made["cut_time_systems"],
     }
     log.info("kept %d systems %s; dropped %s", len(kept), stats["systems"], dict(dropped))
     return [asdict(e) for e in kept], stats
