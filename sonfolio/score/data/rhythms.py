@@ -161,9 +161,9 @@ _FOUR_FOUR = "\\time 4/4"
 def with_cut_time(text: str, time: str | None, rng: random.Random) -> str | None:
     """`text` with a printed `\\time 4/4` written `\\time 2/2` (cut time, alla breve: the same
     bar length, so every bar still adds up; the engravers draw it as a struck C or as 2/2);
-    None where the system prints no 4/4. The train collections print it on 25 of ~940 systems
-    in a time signature, the held-out reels in half of theirs, and a model that had hardly seen
-    it read Verovio's cut time as 3/8, after which the grammar held every bar of the page to
+    None where the system prints no 4/4. The train systems that print a meter print it on 25
+    of 1,954 (1.3 %), the held-out Irish tunes on 23 of 104 (22 %), and a model that had hardly
+    seen it read Verovio's cut time as 3/8, after which the grammar held every bar of the page to
     3/8 (docs/training.md, "Cut time"). `time` and `rng`: as the other rewrites take them."""
     del time, rng  # the meter printed is the one changed; nothing is drawn
     if f" {_FOUR_FOUR} " not in f" {text} ":
