@@ -29,6 +29,7 @@ from sonfolio.score.decode.grammar import (
     Vocab,
     accepts,
     ctc_decode,
+    meter_refits,
     next_time,
     repair,
 )
@@ -450,6 +451,16 @@ REPAIRS = [
         "4/4",
         r"\clef bass \key f \major e'16 d''16 d'2.. | d'4 d'8 d''8 b2 | b8 d'4 d'8 g8 e'16",
     ),
+    (  # a pickup read without its length: its bar's events give it
+        r"\clef treble \key d \major \time 2/2 \partial e''8 ( d''8 ) | cis''4 a'8 b'8 cis''2",
+        None,
+        r"\clef treble \key d \major \time 2/2 \partial 4 e''8 ( d''8 ) | cis''4 a'8 b'8 cis''2",
+    ),
+    (  # ... unless a tuplet makes it more than a sum: the pickup dropped, the bar filled
+        r"\clef treble \key d \major \time 2/4 \partial \tuplet 3/2 { e''8 d''8 c''8 } | b'2",
+        None,
+        r"\clef treble \key d \major \time 2/4 \tuplet 3/2 { e''8 d''8 c''8 } r4 | b'2",
+    ),
     (  # a bar line the model missed, an event that overflows, a slur left open
         r"\clef treble \key g \major \time 2/4 g'4 a'4 b'4 ( c''4 d''2 e''4",
         None,
@@ -497,6 +508,64 @@ def test_the_likelier_of_search_and_repair_is_read(vocab, monkeypatch):
     (row,) = ctc_decode(logits, vocab, vocab.blank, ["2/4"], 200, stats=stats)
     assert vocab.text(row) == r"\clef bass \key f \major c4 d4 | e4 f4 | g4 a4 | b4 c'4"
     assert stats["repaired"] == 1
+
+
+# A reel in 2/2 (Verovio prints it in digits) whose meter the model read as 3/8: eight eighths
+# a bar, which 3/8 holds to three
+REEL = (
+    r"\clef treble \key d \major \time 3/8 fis'8 a'8 d''8 a'8 fis'8 a'8 d''8 a'8 "
+    r"| g'8 b'8 d''8 b'8 g'8 b'8 d''8 b'8"
+)
+REEL_NEXT = r"\clef treble \key d \major a'8 cis''8 e''8 cis''8 a'8 cis''8 e''8 cis''8 | d''1"
+
+
+def test_meter_refits_offer_the_meters_the_bars_fill():
+    assert not canonical.is_canonical(REEL)
+    refits = list(meter_refits(REEL, None))
+    meters = {canonical.header_time(t) for t in refits}
+    assert {"2/2", "4/4"} <= meters and "3/8" not in meters
+    for text in refits:
+        canonical.validate(text)
+    whole = [t for t in refits if canonical.header_time(t) in ("2/2", "4/4")]
+    assert all(t.split()[7:] == REEL.split()[7:] for t in whole)  # every note kept as read
+    assert list(meter_refits(REEL_NEXT, "3/8")) == []  # no meter printed: nothing to refit
+
+
+def _emitted(vocab: Vocab, ids: list[int], frames: int) -> np.ndarray:
+    """CTC logits (T, V) of a model that emits `ids`: each on its own frame, blanks between."""
+    logits = np.zeros((frames, len(vocab.pieces)), dtype=np.float32)
+    logits[:, vocab.blank] = 5.0
+    for k, i in enumerate(ids):
+        logits[2 * k + 1, i] = 12.0
+    return logits
+
+
+def test_a_misread_meter_gives_way_to_the_bars_and_carries_to_the_next_row(vocab):
+    # row 1 prints the misread 3/8; row 2 prints none and is read in what row 1 leaves in force.
+    # The model emits the tokenizer's own pieces (as one trained on them does)
+    first_ids, next_ids = vocab.ids(REEL), vocab.ids(REEL_NEXT)
+    frames = 2 * max(len(first_ids), len(next_ids)) + 1
+    logits = np.stack([_emitted(vocab, first_ids, frames), _emitted(vocab, next_ids, frames)])
+    # the frames that read 3/8 hold 2/2 far behind, below what the beam search tries (CtcSearch
+    # min_logp), so the search alone keeps 3/8 and cuts or merges the bars
+    meter = vocab.ids(REEL.split(" \\time")[0] + " \\time")
+    assert first_ids[: len(meter)] == meter
+    three, two = first_ids[len(meter) : len(meter) + 2], vocab.ids(" 2/2")
+    assert [vocab.pieces[i] for i in three] == [" 3/", "8"] and len(two) == 3
+    at = 2 * len(meter) + 1  # the first frame of 3/8
+    for frame, piece, logit in zip((at, at + 1, at + 2), two, (6.0, 4.0, 6.0), strict=True):
+        logits[0, frame, piece] = logit
+    stats = Counter()
+    first, second = ctc_decode(logits, vocab, vocab.blank, Carry(None), 400, stats=stats)
+    assert vocab.text(first) == REEL.replace("3/8", "2/2")  # not one note cut
+    assert stats["meter_refit"] == 1
+    assert vocab.text(second) == REEL_NEXT  # every bar whole in the refit meter
+    # without the refits the search keeps the misread meter and loses the bars
+    stats = Counter()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(search, "meter_refits", lambda text, time: iter(()))
+        alone = vocab.text(ctc_decode(logits[:1], vocab, vocab.blank, Carry(None), 400)[0])
+    assert canonical.header_time(alone) != "2/2" and alone.count("|") != 1
 
 
 def test_constrained_ctc_carries_the_time_from_row_to_row(vocab):

@@ -3,7 +3,8 @@ score track's infer face hands the runtime (sonfolio.variants) and the app.
 
 - `State` (sonfolio.score.decode.state): the grammar's parser read a piece at a time;
 - `ctc_decode` (search): the CTC head read by a prefix beam search under the grammar, beside
-  the greedy reading repaired (`repair`), the likelier winning (`ctc_logp`);
+  the greedy reading repaired (`repair`) or under another printed meter (`meter_refits`),
+  the likeliest winning (`ctc_logp`);
 - `GreedyConstraint`, `logits_processor` (constraint): greedy attention decoding under it;
 - `Vocab`, `Carry`, `next_time` (vocab): a tokenizer's pieces, and the time signature carried
   from one system to the next.
@@ -12,7 +13,7 @@ score track's infer face hands the runtime (sonfolio.variants) and the app.
 from __future__ import annotations
 
 from sonfolio.score.decode.constraint import GreedyConstraint, logits_processor
-from sonfolio.score.decode.repair import repair
+from sonfolio.score.decode.repair import meter_refits, repair
 from sonfolio.score.decode.search import CtcSearch, close_search_pools, ctc_decode, ctc_logp
 from sonfolio.score.decode.state import State
 from sonfolio.score.decode.vocab import Carry, Vocab, next_time
@@ -29,6 +30,7 @@ __all__ = [
     "ctc_logp",
     "logits_processor",
     "next_time",
+    "meter_refits",
     "repair",
 ]
 

@@ -1,6 +1,7 @@
 """A greedy reading the canonical grammar refuses, made valid by the fewest local edits, token
 by token: a short bar filled (its last event lengthened, else rests), a missed bar line
-written, an overflowing event shortened, a pitch without duration given the one before."""
+written, an overflowing event shortened, a pitch without duration given the one before; and
+the same reading under each other printed meter (`meter_refits`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from fractions import Fraction
 
 from sonfolio.score.common import canonical as cn
 from sonfolio.score.common import lexicon as lx
-from sonfolio.score.common.modes import AFTER_BAR, BODY
+from sonfolio.score.common.modes import AFTER_BAR, BODY, time_length
 from sonfolio.score.decode.state import State
 
 
@@ -31,10 +32,11 @@ def repair(text: str, time: str | None) -> str | None:
     local edits, token by token: a bar the model left short is filled (its last event's
     duration lengthened, else rests), a bar line it missed is written, an event that
     overflows its bar is shortened to fit, a pitch without a duration takes the one before,
+    a `\\partial` without its length takes its bar's (`_pickup_lengths`),
     `\\bar` with no type becomes `|`, anything else refused is dropped; at the end a slur left
     open is closed on the last event (or its start dropped), a tie left pending dropped. None:
     nothing valid came of it."""
-    toks = text.split()
+    toks = _pickup_lengths(text.split())
     out: list[str] = []
     states = [State.start(time)]  # states[k]: after out[:k], each token completed
 
@@ -106,6 +108,82 @@ def repair(text: str, time: str | None) -> str | None:
         if end is not None and end.complete:
             return " ".join(out[:k])
     return None
+
+
+def _pickup_lengths(toks: list[str]) -> list[str]:
+    """`\\partial` read without its length (`\\partial cis''8 d''8 |`, as the model writes it
+    where the pickup's small digits escape it) given the length of the events before the first
+    bar line, when one duration token holds it; else the events are kept and the `\\partial`
+    dropped (a short first bar is then filled as any other)."""
+    if "\\partial" not in toks:
+        return toks
+    k = toks.index("\\partial")
+    if k + 1 < len(toks) and lx.PARTIAL.fullmatch(toks[k + 1]):
+        return toks
+    total = Fraction(0)
+    for tok in toks[k + 1 :]:
+        if tok == "|":
+            break
+        if (event := _event_end(tok)) is not None:
+            total += lx.duration_value(event[1])
+        elif tok in lx.MARK_RANK or tok.startswith("<"):
+            continue  # a marking; a chord's first pitches (its end holds the duration)
+        else:
+            total = Fraction(0)  # a tuplet, a grace group, a change: not a plain sum
+            break
+    length = lx.duration_token(total) if total else None
+    return [*toks[: k + 1], length, *toks[k + 1 :]] if length else toks[:k] + toks[k + 1 :]
+
+
+def meter_refits(text: str, time: str | None) -> Iterator[str]:
+    """`text` (a greedy reading the grammar refuses) with the time signature its header prints
+    replaced by each of the lexicon's whose measure one of its whole bars fills (`_bar_sums`),
+    where it then validates or `repair` makes it valid. A misread meter (Verovio's 2/2 read as
+    3/8) makes the grammar hold every bar to the wrong length, and the repair or the search
+    under it cuts each bar short; the caller keeps whichever reading the CTC head makes
+    likelier, so the printed meter changes only where the notes' own bars outweigh the frames
+    that read it."""
+    toks = text.split()
+    printed = cn.header_time(" ".join(toks))
+    if printed is None or (printed_measure := time_length(printed)) is None:
+        return
+    # whole bars: not the last (unfinished, maybe), nor the first where a pickup is printed
+    inner = _bar_sums(toks)[1 if "\\partial" in toks else 0 : -1]
+    measures = {m for m in inner if m is not None and m != printed_measure}
+    for meter in lx.TIMES:
+        if time_length(meter) not in measures:
+            continue
+        toks[6] = meter
+        alt = " ".join(toks)
+        if cn.is_canonical(alt, time):
+            yield alt
+        elif (fixed := repair(alt, time)) is not None and cn.header_time(fixed) == meter:
+            yield fixed
+
+
+def _bar_sums(toks: list[str]) -> list[Fraction | None]:
+    """The length of each stretch between bar lines, as the events read say (a tuplet's scaled,
+    grace notes left out); None for one the sum cannot be trusted in (a tuplet's ratio
+    unreadable)."""
+    sums: list[Fraction | None] = []
+    total: Fraction | None = Fraction(0)
+    scale, grace = Fraction(1), False
+    for k, tok in enumerate(toks):
+        if tok == "|":
+            sums.append(total)
+            total = Fraction(0)
+        elif tok in lx.GRACES:
+            grace = True
+        elif tok == "\\tuplet":
+            ratio = time_length(toks[k + 1]) if k + 1 < len(toks) else None
+            scale = 1 / ratio if ratio else scale
+            total = total if ratio else None
+        elif tok == "}":
+            scale, grace = Fraction(1), False
+        elif (event := _event_end(tok)) is not None and not grace and total is not None:
+            total += lx.duration_value(event[1]) * scale
+    sums.append(total)
+    return sums
 
 
 def _endings(out: list[str]) -> Iterator[str]:

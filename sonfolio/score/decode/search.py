@@ -4,7 +4,9 @@ written here because no installed library searches under a grammar over a byte-l
 (pyctcdecode and torchaudio's decoder take word lexicons and n-gram LMs). Beside it the greedy
 reading is repaired token by token (sonfolio.score.decode.repair), and the reading the CTC
 head makes likelier (`ctc_logp`) is returned: the search alone drops whole bars after a
-misread duration (counted as `repaired` where the repair wins). The searches of a batch may
+misread duration (counted as `repaired` where the repair wins); and the greedy reading under
+each other printed meter (`meter_refit` where one wins: a misread meter otherwise holds
+every bar, and every later system of a page, to the wrong length). The searches of a batch may
 run in a pool of processes, one pool per vocabulary.
 
 When nothing complete is found (a model stuck in a dead end, or out of tokens), the best
@@ -28,7 +30,7 @@ import numpy as np
 
 from sonfolio import parallel
 from sonfolio.score.common import canonical as cn
-from sonfolio.score.decode.repair import repair
+from sonfolio.score.decode.repair import meter_refits, repair
 from sonfolio.score.decode.state import State
 from sonfolio.score.decode.vocab import Carry, Vocab, next_time
 
@@ -225,24 +227,29 @@ def _search_job(logp: np.ndarray, greedy: list[int], rules: _Rules) -> tuple[lis
 def _search(
     logp: np.ndarray, greedy: list[int], vocab: Vocab, rules: _Rules, stats: Counter
 ) -> list[int]:
-    """The likelier (under the CTC head) of two valid readings of a row whose greedy reading
-    does not validate: the constrained beam search's, and the greedy reading repaired
-    (`repair`). The search alone loses whole bars: once a misread duration leaves a bar short,
-    the grammar refuses the `|` the model writes, and no later frame offers another `|`, so
-    the best prefix it keeps ends there (a third of the test systems lost 40 % of their
-    symbols so)."""
+    """The likeliest (under the CTC head) of the valid readings of a row whose greedy reading
+    does not validate: the constrained beam search's, the greedy reading repaired (`repair`),
+    and the greedy reading under each other printed meter (`meter_refits`). The search alone
+    loses whole bars: once a misread duration leaves a bar short, the grammar refuses the `|`
+    the model writes, and no later frame offers another `|`, so the best prefix it keeps ends
+    there (a third of the test systems lost 40 % of their symbols so)."""
     blank, limit = rules.blank, rules.limit
     found = _beam(logp, vocab, rules, stats)
-    fixed = repair(vocab.text(greedy), rules.time)
-    if fixed is None:
-        return found
-    fixed_ids = vocab.ids(fixed)
-    if limit is not None and len(fixed_ids) > limit:
-        return found
-    if not found or ctc_logp(logp, fixed_ids, blank) > ctc_logp(logp, found, blank):
-        stats["repaired"] += 1
-        return fixed_ids
-    return found
+    text = vocab.text(greedy)
+    best, best_logp, won = found, ctc_logp(logp, found, blank) if found else _NEG, None
+    fixed = repair(text, rules.time)
+    others = [] if fixed is None else [("repaired", fixed)]
+    others += [("meter_refit", alt) for alt in meter_refits(text, rules.time)]
+    for kind, alt in others:
+        ids = vocab.ids(alt)
+        if limit is not None and len(ids) > limit:
+            continue
+        score = ctc_logp(logp, ids, blank)
+        if not best or score > best_logp:
+            best, best_logp, won = ids, score, kind
+    if won is not None:
+        stats[won] += 1
+    return best
 
 
 def ctc_logp(logp: np.ndarray, ids: Sequence[int], blank: int) -> float:
