@@ -145,10 +145,24 @@ def _divisors_near(n: int, wanted: int, count: int = 4) -> list[int]:
     return sorted(sorted(divisors, key=lambda d: abs(d - wanted))[:count], reverse=True)
 
 
+class ScoreJitter(Strict):
+    """score_train.jitter: each train batch's images moved a little, afresh every step
+    (sonfolio.score.model.batches.jitter)."""
+
+    enabled: bool
+    scale: Annotated[float, Field(ge=0.0, le=0.3)]  # shrunk by a factor drawn in [1 - scale, 1]
+    shift_px: Annotated[float, Field(ge=0.0, le=32.0)]  # moved up to this each way (px), within
+    # the margin the shrinking leaves
+    rotate_deg: Annotated[float, Field(ge=0.0, le=5.0)]  # turned up to this, each way
+    fade: Annotated[float, Field(ge=0.0, lt=1.0)]  # ink made up to this much lighter
+    noise_std: Annotated[float, Field(ge=0.0, le=0.5)]  # Gaussian noise on every pixel
+
+
 class ScoreTrain(TrainLoop):
     """score_train: the loop, the model, and how the trained model reads a system."""
 
     model: ScoreModel
+    jitter: ScoreJitter
     # how the trained model reads a system (sonfolio/train/ctc.py): ctc: greedy over its
     # encoder's CTC head; attention: its decoder, token by token
     decode: Literal["ctc", "attention"]

@@ -63,6 +63,9 @@ class Track:
     name: str  # the stage, for logs and the cache key
     # label length of each train sample: batches of like lengths pad less (group_by_length)
     lengths: list[int] | None = None
+    # a train batch -> the same batch changed afresh (the global RNG, which checkpoints keep),
+    # on the device, before the forward pass; the val batches are read as they are
+    augment: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
 
 @dataclass
@@ -292,6 +295,8 @@ class Run:
         for _ in range(self.accum):
             with timer.phase("data_wait"):
                 batch, n_tokens = self._next_batch()
+                if self.track.augment is not None:
+                    batch = self.track.augment(batch)
             with acc.accumulate(model):
                 with timer.phase("forward"):
                     loss = self.loss(model, batch)

@@ -122,6 +122,8 @@ class Reading:
     positions: int  # the encoder's sequence length (patches, or audio frames after the convs)
     shape: str  # the input's shape, for the micro-batch cache key
     processors: list[Any]  # Setup.processors: the tokenizer, then the image / audio processor
+    # a train batch -> the same batch changed afresh each step (train only); None: as read
+    augment: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
 
 def split_sets(
@@ -166,6 +168,7 @@ def engine_track(
         shape=reading.shape,
         name=name,
         lengths=[len(x) for x in train_set.labels],
+        augment=reading.augment,
     )
 
 

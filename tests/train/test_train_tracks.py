@@ -54,6 +54,19 @@ def test_score_two_steps_pinned(score_data, tmp_path, ctc_weight):
     )
 
 
+def test_score_jitter_reaches_the_train_batches(score_data, tmp_path):
+    """score_train.jitter on: the two steps train on moved images (other losses than the
+    pinned ones), and the run still ends with a model and its figures."""
+    from tiny import tiny_config
+
+    cfg, _ = tiny_config()
+    metrics = run_tiny(score_data, tmp_path, jitter=cfg.jitter.model_copy(update={"enabled": True}))
+    history = (tmp_path / "live" / "plots" / "metrics" / "train" / "loss.tsv").read_text()
+    got = [round(float(line.split("\t")[1]), 4) for line in history.splitlines()[1:]]
+    assert metrics["steps"] == 2 and len(got) == 2
+    assert got != pytest.approx(SCORE_LOSSES[None], rel=1e-3)
+
+
 def test_score_train_reports_what_the_saved_model_reads(score_data, tmp_path):
     """decode: ctc (params.yaml): the held-out figures come from the CTC head, which is saved
     beside the model; the saved folder, loaded as every later stage loads it, reads the

@@ -15,7 +15,7 @@ from accelerate.utils import set_seed
 from transformers import AutoTokenizer, VisionEncoderDecoderModel
 
 from sonfolio.evaluation import examples, most_common, token_error_rate
-from sonfolio.score.model.batches import ScoreSystems, collate, image_processor
+from sonfolio.score.model.batches import ScoreSystems, collate, image_processor, jitter
 from sonfolio.score.model.model import attention_kernels, build, check_size, encoder_positions
 from sonfolio.train import ctc
 from sonfolio.train.device import Backend
@@ -74,6 +74,7 @@ class ScoreTraining(Training):
             encoder_positions(model.config.encoder),
             f"{height}x{width}",
             [tok, images],
+            jitter(self.cfg.jitter),
         )
         return model, reading
 
