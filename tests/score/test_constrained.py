@@ -529,6 +529,10 @@ def test_meter_refits_offer_the_meters_the_bars_fill():
     whole = [t for t in refits if canonical.header_time(t) in ("2/2", "4/4")]
     assert all(t.split()[7:] == REEL.split()[7:] for t in whole)  # every note kept as read
     assert list(meter_refits(REEL_NEXT, "3/8")) == []  # no meter printed: nothing to refit
+    # `\time` read before no meter (a repeat sign taken for one): the header without it, its
+    # bars read in the time in force
+    garbled = REEL_NEXT.replace(r"\major", r"\major \time \bar")
+    assert REEL_NEXT in meter_refits(garbled, "2/2")
 
 
 def _emitted(vocab: Vocab, ids: list[int], frames: int) -> np.ndarray:

@@ -142,22 +142,27 @@ def meter_refits(text: str, time: str | None) -> Iterator[str]:
     3/8) makes the grammar hold every bar to the wrong length, and the repair or the search
     under it cuts each bar short; the caller keeps whichever reading the CTC head makes
     likelier, so the printed meter changes only where the notes' own bars outweigh the frames
-    that read it."""
+    that read it. Where `\\time` was read before no meter (`\\time \\bar ...`), the header
+    without it is offered too."""
     toks = text.split()
     printed = cn.header_time(" ".join(toks))
-    if printed is None or (printed_measure := time_length(printed)) is None:
+    if printed is None:
         return
+    printed_measure = time_length(printed)  # None: `\\time` read before no meter at all
     # whole bars: not the last (unfinished, maybe), nor the first where a pickup is printed
     inner = _bar_sums(toks)[1 if "\\partial" in toks else 0 : -1]
     measures = {m for m in inner if m is not None and m != printed_measure}
-    for meter in lx.TIMES:
-        if time_length(meter) not in measures:
-            continue
-        toks[6] = meter
-        alt = " ".join(toks)
+    alternatives = [
+        [*toks[:6], meter, *toks[7:]] for meter in lx.TIMES if time_length(meter) in measures
+    ]
+    if printed_measure is None:  # or the header without it, read in the time in force
+        alternatives.append(toks[:5] + toks[7:])
+    for alt in map(" ".join, alternatives):
         if cn.is_canonical(alt, time):
             yield alt
-        elif (fixed := repair(alt, time)) is not None and cn.header_time(fixed) == meter:
+            continue
+        fixed = repair(alt, time)
+        if fixed is not None and cn.header_time(fixed) == cn.header_time(alt):
             yield fixed
 
 
