@@ -236,10 +236,12 @@ def _search(
     blank, limit = rules.blank, rules.limit
     found = _beam(logp, vocab, rules, stats)
     text = vocab.text(greedy)
-    best, best_logp, won = found, ctc_logp(logp, found, blank) if found else _NEG, None
     fixed = repair(text, rules.time)
     others = [] if fixed is None else [("repaired", fixed)]
     others += [("meter_refit", alt) for alt in meter_refits(text, rules.time)]
+    if not others:  # nothing to weigh the search against: its reading is not scored
+        return found
+    best, best_logp, won = found, ctc_logp(logp, found, blank) if found else _NEG, None
     for kind, alt in others:
         ids = vocab.ids(alt)
         if limit is not None and len(ids) > limit:
