@@ -112,6 +112,9 @@ class ScorePages(Strict):
     credits_fraction: Fraction01  # share of pieces with a title and composer above them
     timeout_s: Annotated[float, Field(gt=0.0)]  # one piece's engraving (both passes)
     max_bars: Annotated[int, Field(ge=1)]  # a longer part is not engraved (counted)
+    # share of the train split's pages (seeded per page) that show the back's print through
+    # (score_data.scan.bleed's darkness) before they are cut
+    bleed: Fraction01 = 0.0
     cut: PageSplit  # keep equal to infer.page: train on the crops `read --page` makes
 
 

@@ -61,7 +61,7 @@ def scan_like(
             )
             page = cv2.resize(page, size, interpolation=cv2.INTER_AREA)
     if "bleed" in kinds:
-        page = _bleed(page, cfg.bleed, rng)
+        page = bleed_through(page, cfg.bleed, rng)
     steps = {  # built only when drawn: albumentations checks each one's settings
         "skew": lambda: A.Rotate(
             limit=cfg.skew_deg, border_mode=cv2.BORDER_CONSTANT, fill=PAPER, p=1.0
@@ -91,11 +91,16 @@ def scan_like(
     return page
 
 
-def _bleed(page: np.ndarray, strength: float, rng: np.random.Generator) -> np.ndarray:
-    """The page's own print, mirrored left to right, shifted a little and faint, under its
-    ink: what the other side of a thin sheet shows (a page's back holds music of the same
-    layout, so its own mirror stands in for it)."""
-    back = np.ascontiguousarray(page[:, ::-1])
+def bleed_through(
+    page: np.ndarray, strength: float, rng: np.random.Generator, back: np.ndarray | None = None
+) -> np.ndarray:
+    """`back` (the sheet's other side, as printed; the page's own print where None or of
+    another size: a page's back holds music of the same layout), mirrored left to right,
+    shifted a little and faint, under the page's ink: what the other side of a thin sheet
+    shows. Its darkness is drawn in [strength / 2, strength]."""
+    if back is None or back.shape != page.shape:
+        back = page
+    back = np.ascontiguousarray(back[:, ::-1])
     shift = int(rng.integers(-page.shape[0] // 50, page.shape[0] // 50 + 1))
     back = np.roll(back, shift, axis=0)
     ink_behind = (PAPER - back.astype(np.float32)) * float(rng.uniform(strength / 2, strength))

@@ -368,6 +368,8 @@ def _cut_pages(
             log.error("page line dropped (please report): %s\n%s", err, line.text)
             result.dropped["page_invalid_line"] += 1
             return PageResult(dropped=result.dropped)
+    if job.augment:
+        grays = _bled(grays, cfg.bleed, render, _seed(seed, f"{job.stem}-bleed"))
     first = 0
     for k, (gray, n) in enumerate(zip(grays, per_page, strict=True)):
         here = cut[first : first + n]
@@ -389,6 +391,30 @@ def _cut_pages(
             result.images.append(dest)
             result.lines.append(line)
     return result
+
+
+def _bled(
+    grays: list[Image.Image], share: float, render: RenderSettings, seed: int
+) -> list[Image.Image]:
+    """`grays` (a part's pages, in order), a seeded `share` of them showing the back's print
+    through: the part's next page (its previous one for the last, itself for a one-page part),
+    mirrored and faint, at score_data.scan.bleed's darkness. A scan of thin paper shows another
+    page's staves between and across its own, which the page cutter's crops then hold; a system
+    image made scan-like alone shows only its own mirror, its ghost staff lines on its own."""
+    from sonfolio.score.common.scan import bleed_through
+
+    if share <= 0 or render.scan is None:
+        return grays
+    rng = np.random.default_rng(seed)
+    out = []
+    for k, gray in enumerate(grays):
+        if rng.random() >= share:
+            out.append(gray)
+            continue
+        back = grays[k + 1] if k + 1 < len(grays) else grays[max(0, k - 1)]
+        page = bleed_through(np.asarray(gray), render.scan.bleed, rng, np.asarray(back))
+        out.append(Image.fromarray(page))
+    return out
 
 
 def _seed(seed: int, name: str) -> int:
