@@ -114,7 +114,7 @@ class ScorePages(Strict):
     max_bars: Annotated[int, Field(ge=1)]  # a longer part is not engraved (counted)
     # share of the train split's pages (seeded per page) that show the back's print through
     # (score_data.scan.bleed's darkness) before they are cut
-    bleed: Fraction01 = 0.0
+    bleed: Fraction01
     cut: PageSplit  # keep equal to infer.page: train on the crops `read --page` makes
 
 
