@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -133,6 +134,9 @@ def train_schemes(
     """
     metrics: dict[str, Any] = {}
     folders = []
+    # under DDP every process trains; the main process alone reads a finished scheme back and
+    # writes
+    main = _main_process()
     cfg, stage, int8_bits = job.cfg, job.stage, job.int8_bits
     for scheme in cfg.schemes:
         key = checkpoint.fingerprint(
@@ -148,6 +152,8 @@ def train_schemes(
         folders.append(folder)
         done = folder / "done"
         if (done / "metrics.json").is_file():
+            if not main:
+                continue
             log.info("%s %s: already trained in %s", stage, scheme, done)
             model = job.load(done)
             result_metrics = json.loads((done / "metrics.json").read_text())
@@ -206,12 +212,22 @@ def run_stage(job: QatJob, out: Path, metrics_path: Path) -> dict[str, Any]:
             shutil.copy2(path, folder / path.name)
 
     job = replace(job, inputs=[*job.inputs, *sorted(fp32.glob("*.safetensors"))])
+    if not _main_process():
+        # the other processes of a DDP run train beside the main one, which alone writes
+        return train_schemes(job, save, out)[0]
     with staged_dir(out) as tmp:
         metrics, folders = train_schemes(job, save, tmp)
     write_json(metrics_path, metrics)
     for folder in folders:
         shutil.rmtree(folder)  # finished: nothing left to resume
     return metrics
+
+
+def _main_process() -> bool:
+    """Whether this is the main process (global rank 0) of a launch, read from the rank that
+    torchrun and `accelerate launch` set: known before the engine's Accelerator exists, and
+    without making one whose settings it would then fix."""
+    return os.environ.get("RANK", "0") == "0"
 
 
 def _model_file(name: str) -> bool:

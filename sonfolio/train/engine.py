@@ -139,6 +139,9 @@ def _log_train(run: Run, curves: Curves, last: dict[str, float], peak: float | N
 def _finish(run: Run, resumed: bool) -> TrainResult:
     acc, state = run.acc, run.state
     model = best_model(run)
+    # the main process deletes the run's folder (best/ with it) once it has saved the model:
+    # every process has read best/ before any returns
+    acc.wait_for_everyone()
     val_losses = [row["val/loss"] for row in state.history if "val/loss" in row]
     metrics = {
         "steps": state.step,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from tiny import WIDTH, run_tiny, tiny_config
+from tiny import run_qat, run_tiny
 
 from sonfolio import qat
 from sonfolio.score.model.model import load_trained
@@ -21,37 +21,6 @@ def fp32(score_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("fp32")
     run_tiny(score_data, out, max_steps=4, eval_every=4)
     return out / "model"
-
-
-def run_qat(score_data: Path, fp32: Path, out: Path, **loop) -> dict:
-    from sonfolio import tracks
-    from sonfolio.score.model.training import ScoreTraining
-    from tasks.qat import run
-
-    train_cfg, opts = tiny_config()
-    cfg_loop = {"max_steps": 4, "eval_every": 2, "checkpoint_every": 2, "ctc_weight": 0.3}
-    cfg_loop.update(loop)
-    schemes = cfg_loop.pop("schemes", ["int8", "int4"])
-    from sonfolio.config.qat import QatTrain
-
-    fields = {k: v for k, v in train_cfg.model_dump().items() if k in QatTrain.model_fields}
-    cfg = QatTrain.model_validate(
-        {**fields, **cfg_loop, "schemes": schemes, "int4_group_size": 16, "lr": 3e-4}
-    )
-    return run(
-        tracks.face("score", "qat"),
-        cfg,
-        ScoreTraining(train_cfg, WIDTH),
-        opts,
-        score_data,
-        score_data / "tokenizer",
-        fp32,
-        out / "qat",
-        out / "metrics.json",
-        out / "checkpoints",
-        None,
-        7,
-    )
 
 
 def test_each_scheme_gives_a_plain_model_with_trained_weights(score_data, fp32, tmp_path):

@@ -91,6 +91,38 @@ def run_tiny(data: Path, out: Path, **loop: Any) -> dict[str, Any]:
     )
 
 
+def run_qat(score_data: Path, fp32: Path, out: Path, **loop: Any) -> dict[str, Any]:
+    """The real qat stage's run on a model trained by run_tiny (`fp32`): `loop` overrides
+    score_qat's keys (`schemes`: which)."""
+    from sonfolio import tracks
+    from sonfolio.config.qat import QatTrain
+    from sonfolio.score.model.training import ScoreTraining
+    from tasks.qat import run
+
+    train_cfg, opts = tiny_config()
+    cfg_loop = {"max_steps": 4, "eval_every": 2, "checkpoint_every": 2, "ctc_weight": 0.3}
+    cfg_loop.update(loop)
+    schemes = cfg_loop.pop("schemes", ["int8", "int4"])
+    fields = {k: v for k, v in train_cfg.model_dump().items() if k in QatTrain.model_fields}
+    cfg = QatTrain.model_validate(
+        {**fields, **cfg_loop, "schemes": schemes, "int4_group_size": 16, "lr": 3e-4}
+    )
+    return run(
+        tracks.face("score", "qat"),
+        cfg,
+        ScoreTraining(train_cfg, WIDTH),
+        opts,
+        score_data,
+        score_data / "tokenizer",
+        fp32,
+        out / "qat",
+        out / "metrics.json",
+        out / "checkpoints",
+        None,
+        7,
+    )
+
+
 def subprocess_env() -> dict[str, str]:
     """For training subprocesses: the repo importable, offline, one thread each."""
     root = ROOT
@@ -107,9 +139,38 @@ def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("data", type=Path)
     parser.add_argument("out", type=Path)
-    parser.add_argument("--loop", default="{}", help="JSON: score_train keys to override")
+    parser.add_argument("--loop", default="{}", help="JSON: the stage's keys to override")
+    parser.add_argument("--qat", type=Path, help="run QAT on this trained model, not training")
+    parser.add_argument(
+        "--lag", type=float, default=0, help="s: the other processes read the best weights late"
+    )
     args = parser.parse_args(argv)
-    run_tiny(args.data, args.out, **json.loads(args.loop))
+    if args.lag and os.environ.get("RANK", "0") != "0":
+        _lag_best_weights(args.lag)
+    if args.qat:
+        run_qat(args.data, args.qat, args.out, **json.loads(args.loop))
+    else:
+        run_tiny(args.data, args.out, **json.loads(args.loop))
+
+
+def _lag_best_weights(seconds: float) -> None:
+    """This process reads the best weights `seconds` late: the main process, which removes
+    the run's folder once it has saved the model, must wait for it."""
+    import time
+
+    from sonfolio.train import engine
+
+    best_model = engine.best_model
+
+    def late(run: Any) -> Any:
+        time.sleep(seconds)
+        best = run.paths.checkpoints / "best" / "config.json"
+        # best_model skips a folder that is gone: this process would go on with its last
+        # weights, or fail when the folder goes mid-read
+        assert best.is_file(), f"{best} was removed before this process read it"
+        return best_model(run)
+
+    engine.best_model = late
 
 
 if __name__ == "__main__":
