@@ -80,6 +80,8 @@ SETTINGS: dict[str, dict[str, Any]] = {
     # 30 % of the train pages show their back's print through before the cut: ghost staves
     # between and across a page line's own, which the scan-like pages lose notes to
     "page_bleed_0.3": {"score_data.pages.bleed": 0.3},
+    # and the scan-like train systems' own ghosts moved 10-50 % of their height, off their lines
+    "ghost_shift": {"score_data.pages.bleed": 0.3, "score_data.augment.bleed_shift": [0.1, 0.5]},
 }
 _DOTTED = re.compile(r"(?<=[a-gr',])[0-9]+\.+")
 _EIGHTH_DOTTED = re.compile(r"(?<=[a-gr',])8\.(?!\.)")

@@ -62,6 +62,9 @@ class Augment(Strict):
     scan_fraction: Fraction01
     # how many of those kinds one scan-like image gets: drawn uniformly in [least, most]
     scan_kinds: tuple[int, int]
+    # a scan-like system's bleed-through (its own print mirrored) moved up or down by a share
+    # of its height drawn in [least, most]; None: by at most 2 % (as on a page)
+    bleed_shift: tuple[Fraction01, Fraction01] | None
 
     @model_validator(mode="after")
     def _kinds_range(self) -> Augment:
@@ -71,6 +74,11 @@ class Augment(Strict):
                 f"score_data.augment.scan_kinds {list(self.scan_kinds)}: write [least, most] "
                 f"with 1 <= least <= most <= {len(SYSTEM_SCAN_KINDS)} (the kinds that keep a "
                 f"system's shape: {', '.join(SYSTEM_SCAN_KINDS)})"
+            )
+        if self.bleed_shift is not None and self.bleed_shift[0] > self.bleed_shift[1]:
+            raise ValueError(
+                f"score_data.augment.bleed_shift {list(self.bleed_shift)}: write [least, most] "
+                "with least <= most (shares of the image's height), or null"
             )
         return self
 

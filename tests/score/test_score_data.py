@@ -286,7 +286,7 @@ def test_a_scan_like_train_image_gets_as_many_kinds_as_set(params, lilypond, mon
 
     drawn = []
 
-    def spy(gray, dpi, cfg, seed, kinds):
+    def spy(gray, dpi, cfg, seed, kinds, bleed_shift):
         drawn.append(kinds)
         return gray
 
@@ -300,3 +300,42 @@ def test_a_scan_like_train_image_gets_as_many_kinds_as_set(params, lilypond, mon
         render.finish(page, settings, seed)
     assert [len(k) for k in drawn] == [count] * 5
     assert all(set(k) <= set(render.SYSTEM_SCAN_KINDS) and len(set(k)) == count for k in drawn)
+
+
+def _staff(height: int, width: int, top: int) -> np.ndarray:
+    """A white image holding five staff lines 8 px apart from row `top`."""
+    page = np.full((height, width), 255, np.uint8)
+    page[[top + 8 * i for i in range(5)], :] = 0
+    return page
+
+
+def _ghost_rows(out: np.ndarray, page: np.ndarray) -> set[int]:
+    return {int(r) for r in np.nonzero(((out < page) & (page == 255)).any(axis=1))[0]}
+
+
+def test_a_systems_ghost_moves_by_the_share_of_its_height_set(params):
+    """score_data.augment.bleed_shift: the ghost staff lines of a scan-like system fall
+    between and beside its own (as a page's back puts them), not on them."""
+    from sonfolio.score.common.scan import scan_like
+
+    page = _staff(100, 64, 30)
+    lines = set(range(30, 63, 8))
+    up, down = {r - 30 for r in lines}, {r + 30 for r in lines}
+    seen = []
+    for seed in range(8):
+        out = scan_like(page, 150, params.score_data.scan, seed, ("bleed",), (0.3, 0.3))
+        rows = _ghost_rows(out, page)
+        assert rows in (up, down), rows  # five ghost lines, 30 rows away: none on its own
+        seen.append(rows == up)
+    assert any(seen) and not all(seen)  # up or down, drawn
+    # null: at most 2 % of the height, so the ghost lines lie on the own lines or beside them
+    out = scan_like(page, 150, params.score_data.scan, 0, ("bleed",))
+    assert all(min(abs(r - line) for line in lines) <= 2 for r in _ghost_rows(out, page))
+
+
+def test_a_bleed_shift_that_cannot_be_drawn_is_named(params):
+    from pydantic import ValidationError
+
+    raw = params.score_data.augment.model_dump() | {"bleed_shift": (0.5, 0.1)}
+    with pytest.raises(ValidationError, match=r"bleed_shift \[0.5, 0.1\].*least <= most"):
+        type(params.score_data.augment)(**raw)

@@ -33,11 +33,16 @@ A4_WIDTH_IN = 210 / 25.4
 
 
 def scan_like(
-    gray: np.ndarray, dpi: float, cfg: Scan, seed: int, kinds: tuple[str, ...] = KINDS
+    gray: np.ndarray,
+    dpi: float,
+    cfg: Scan,
+    seed: int,
+    kinds: tuple[str, ...] = KINDS,
+    bleed_shift: tuple[float, float] | None = None,
 ) -> np.ndarray:
     """`gray` (H, W) uint8, a clean page rendered at `dpi`, degraded by each of `kinds` (in
     the order of KINDS), seeded by `seed`. The `dpi` kind resamples the page (its size
-    changes); the others keep the size.
+    changes); the others keep the size. `bleed_shift`: bleed_through's `shift`.
 
     Raises:
         ValueError: a kind that is not one of KINDS.
@@ -61,7 +66,7 @@ def scan_like(
             )
             page = cv2.resize(page, size, interpolation=cv2.INTER_AREA)
     if "bleed" in kinds:
-        page = bleed_through(page, cfg.bleed, rng)
+        page = bleed_through(page, cfg.bleed, rng, shift=bleed_shift)
     steps = {  # built only when drawn: albumentations checks each one's settings
         "skew": lambda: A.Rotate(
             limit=cfg.skew_deg, border_mode=cv2.BORDER_CONSTANT, fill=PAPER, p=1.0
@@ -92,16 +97,26 @@ def scan_like(
 
 
 def bleed_through(
-    page: np.ndarray, strength: float, rng: np.random.Generator, back: np.ndarray | None = None
+    page: np.ndarray,
+    strength: float,
+    rng: np.random.Generator,
+    back: np.ndarray | None = None,
+    shift: tuple[float, float] | None = None,
 ) -> np.ndarray:
     """`back` (the sheet's other side, as printed; the page's own print where None or of
     another size: a page's back holds music of the same layout), mirrored left to right,
-    shifted a little and faint, under the page's ink: what the other side of a thin sheet
-    shows. Its darkness is drawn in [strength / 2, strength]."""
+    shifted and faint, under the page's ink: what the other side of a thin sheet shows. Its
+    darkness is drawn in [strength / 2, strength]. `shift`: moved up or down by a share of
+    the height drawn in [least, most] (a system alone, whose back's staves lie anywhere
+    against its own); None: by at most 2 % (a whole page, whose back has the same margins)."""
     if back is None or back.shape != page.shape:
         back = page
     back = np.ascontiguousarray(back[:, ::-1])
-    shift = int(rng.integers(-page.shape[0] // 50, page.shape[0] // 50 + 1))
-    back = np.roll(back, shift, axis=0)
+    height = page.shape[0]
+    if shift is None:
+        rows = int(rng.integers(-height // 50, height // 50 + 1))
+    else:
+        rows = round(float(rng.uniform(*shift)) * height) * int(rng.choice((-1, 1)))
+    back = np.roll(back, rows, axis=0)
     ink_behind = (PAPER - back.astype(np.float32)) * float(rng.uniform(strength / 2, strength))
     return np.minimum(page.astype(np.float32), PAPER - ink_behind).astype(np.uint8)

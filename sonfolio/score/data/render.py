@@ -78,7 +78,12 @@ def finish(gray: Image.Image, settings: RenderSettings, augment_seed: int | None
     count = int(rng.integers(least, most + 1))
     kinds = tuple(str(k) for k in rng.choice(SYSTEM_SCAN_KINDS, count, False))
     scanned = scan_like(
-        np.asarray(img), SYSTEM_SCAN_DPI, settings.scan, int(rng.integers(2**31)), kinds
+        np.asarray(img),
+        SYSTEM_SCAN_DPI,
+        settings.scan,
+        int(rng.integers(2**31)),
+        kinds,
+        settings.augment.bleed_shift,
     )
     return _fit(Image.fromarray(scanned), settings.long_side)  # back to size after `dpi`
 
