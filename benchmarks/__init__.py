@@ -15,7 +15,7 @@ from typing import Any
 
 from rich.console import Console
 
-from sonfolio import tracks
+from sonfolio import cpu, tracks
 from tasks.data import run as run_data
 
 
@@ -86,6 +86,14 @@ def earlier_result(out: Path) -> dict[str, Any]:
     result = json.loads(out.read_text(encoding="utf-8")) if out.is_file() else {}
     result.setdefault("settings", {})
     return result
+
+
+def stamp_conditions(result: dict[str, Any], name: str, load_before: list[float]) -> None:
+    """What setting `name` ran on, in its own row (rows kept from earlier runs may have had
+    another CPU) and at the top level (the last run's)."""
+    conditions = cpu.run_conditions(load_before)
+    result["settings"][name]["conditions"] = conditions
+    result |= conditions
 
 
 def run_stage(work: Path, task: str, track: str) -> None:

@@ -38,7 +38,15 @@ from typing import Any
 import yaml
 from rich.table import Table
 
-from benchmarks import console, earlier_result, override, publish, run_stage, settings_parser
+from benchmarks import (
+    console,
+    earlier_result,
+    override,
+    publish,
+    run_stage,
+    settings_parser,
+    stamp_conditions,
+)
 from sonfolio import cpu
 from sonfolio.io import read_jsonl
 
@@ -269,7 +277,7 @@ def main() -> None:
         work = run_setting(args.root, name, SETTINGS[name], args.params)
         result["settings"][name] = {"overrides": SETTINGS[name], **figures(work)}
         result["settings"][name]["pages_vs_root"] = against_root(work, args.root)
-        result |= cpu.run_conditions(load_before)
+        stamp_conditions(result, name, load_before)
         publish(args.out, result, lambda r: console(200).print(table(r)))
 
 

@@ -100,3 +100,14 @@ def test_a_setting_runs_the_score_stages_and_is_read(tmp_path):
     same = against_root(work, work)["lilypond"]
     assert same["note_error_rate_difference"] == 0 and same["pages"] >= 1
     assert against_root(work, tmp_path) is None
+
+
+def test_each_setting_row_keeps_the_machine_it_ran_on():
+    """Rows kept from an earlier run keep their own CPU: the top level is the last run's."""
+    from benchmarks import stamp_conditions
+
+    result = {"settings": {"old": {"conditions": {"cpu": {"model": "elsewhere"}}}, "new": {}}}
+    stamp_conditions(result, "new", [0.0, 0.0, 0.0])
+    assert result["settings"]["old"]["conditions"]["cpu"] == {"model": "elsewhere"}
+    assert result["settings"]["new"]["conditions"]["cpu"] == result["cpu"]
+    assert result["cpus"] == result["settings"]["new"]["conditions"]["cpus"]
