@@ -85,6 +85,9 @@ SETTINGS: dict[str, dict[str, Any]] = {
     # the default's train loss ends near 0.53 where its val loss stops at 1.83 (13 epochs of
     # the same 7,352 images)
     "jitter": {"score_train.jitter.enabled": True},
+    # its fade, noise and turn only: the crop's frame kept (no shrink, so no shift), as every
+    # val, test and held-out image is cropped to its ink
+    "jitter_frame_kept": {"score_train.jitter.enabled": True, "score_train.jitter.scale": 0.0},
     # 30 % of the train pages show their back's print through before the cut: ghost staves
     # between and across a page line's own, which the scan-like pages lose notes to
     "page_bleed_0.3": {"score_data.pages.bleed": 0.3},
