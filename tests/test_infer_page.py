@@ -57,6 +57,20 @@ def test_a_title_above_the_first_system_is_left_out(systems, params):
     assert boxes[0].top > 40
 
 
+def test_a_scans_edge_line_through_a_staff_does_not_stretch_its_box(systems, params):
+    """A page edge, fold or curl shadow that runs through the last staff down to the page's
+    foot (as scan-like pages show) is cut at a reach from the staff, not kept whole: the box
+    holds its system, not a sliver of it above a page of paper."""
+    page, spans = stack(systems, margin=600)
+    x = 600 + systems[-1].width - 40  # through the last staff's lines, near its end
+    page.paste(0, (x, spans[-1][0], x + 2, page.height))  # a line from the last staff down
+    boxes = split_page(np.asarray(page), params.infer.page)
+    assert len(boxes) == 3
+    top, bottom = spans[-1]
+    assert boxes[-1].bottom < bottom + 2 * (bottom - top)  # not the page's foot (600 px below)
+    assert boxes[-1].top <= top + 3
+
+
 def test_a_blank_page_has_no_systems(params):
     assert split_page(np.full((200, 300), 255, np.uint8), params.infer.page) == []
 

@@ -510,6 +510,21 @@ def test_the_likelier_of_search_and_repair_is_read(vocab, monkeypatch):
     assert stats["repaired"] == 1
 
 
+def test_a_slur_whose_end_was_missed_is_closed_not_the_system_emptied(vocab, monkeypatch):
+    # a scan's threshold lost the slur's `)`: no prefix after its `(` is complete. A beam of
+    # one keeps only the prefix that took the `(` (a real model's beam fills so), and neither
+    # the repair nor a meter refit is offered here: the search's cut-back alone decides
+    read = r"\clef treble \key g \major \time 2/4 d''8 ( e''8 fis''8 g''8 | a''4 b''4 | c'''2"
+    logits = _peaked(vocab, read)
+    monkeypatch.setattr(search, "repair", lambda text, time: None)
+    monkeypatch.setattr(search, "meter_refits", lambda text, time: iter(()))
+    stats = Counter()
+    (row,) = ctc_decode(logits, vocab, vocab.blank, [None], 200, search.CtcSearch(beam=1), stats)
+    # every note kept, the slur closed where the reading ends (before: cut back to `d''8`)
+    assert vocab.text(row) == read + " )"
+    assert stats["cut_back"] == 1 and stats["empty"] == 0
+
+
 # A reel in 2/2 (Verovio prints it in digits) whose meter the model read as 3/8: eight eighths
 # a bar, which 3/8 holds to three
 REEL = (

@@ -59,6 +59,11 @@ JOIN_RIGHT = 0.5  # the letters of a word, a digit and its circle
 # a page number (LilyPond: 1 space padding, 4 above the staff) stays out over the clef.
 ATTACH = 1.25
 HEADER_WORD_GAP = 2.0  # spaces between the words of one header line (a composer's name)
+# How far (spaces) a piece that crosses a staff's lines is kept above and below it: a note on
+# eight ledger lines with its stem reaches ~12; a scan's page edge, fold or curl shadow that
+# runs through a staff down the page is cut here instead of stretching the system's box to the
+# page's foot (the system then shrunk to a sliver when read)
+REACH = 16.0
 
 
 @dataclass(frozen=True)
@@ -387,7 +392,7 @@ def _owners(
     pieces: list[Piece], mask: np.ndarray, piece_of: np.ndarray, staves: list[Staff]
 ) -> list[list[Piece]]:
     """Each staff's pieces. A piece that crosses staves is split between them at the middle
-    of each gap. The others are taken in rounds: a piece within ATTACH spaces of the ink a
+    of each gap; one that crosses a staff is kept only within REACH spaces of it. The others are taken in rounds: a piece within ATTACH spaces of the ink a
     staff holds in its columns goes with that staff (the nearer of two), so a ledger-line
     stack or a fingering over a note follows it link by link; what is left between two staves
     then goes with the staff whose ink is nearer; what is left above the first staff or below
@@ -407,7 +412,9 @@ def _owners(
         if not crossed:
             free.append(piece)
         for i in crossed:
-            top, bottom = piece.top, piece.bottom
+            reach = round(REACH * staves[i].space)
+            top = max(piece.top, staves[i].top - reach)
+            bottom = min(piece.bottom, staves[i].bottom + reach)
             if len(crossed) > 1:  # joined across a gap: each staff keeps its side
                 top, bottom = max(top, edges[i] + 1), min(bottom, edges[i + 1])
             held[i].append(Piece(top, bottom, piece.left, piece.right))

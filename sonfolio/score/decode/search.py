@@ -10,7 +10,8 @@ every bar, and every later system of a page, to the wrong length). The searches 
 run in a pool of processes, one pool per vocabulary.
 
 When nothing complete is found (a model stuck in a dead end, or out of tokens), the best
-prefix is cut back to its last complete point (counted as `cut_back`); when even that is
+prefix is cut back to its last complete point, or to the last point an open slur's `)` would
+complete (counted as `cut_back`); when even that is
 empty, the decoder returns no tokens (counted as `empty`): the empty text, which `validate`
 rejects, so callers see it as a failed reading; nothing is invented.
 """
@@ -321,7 +322,7 @@ def _beam(logp: np.ndarray, vocab: Vocab, rules: _Rules, stats: Counter) -> list
                         break
         ranked = sorted(nxt.items(), key=lambda kv: -_logadd(*kv[1]))
         beam = {n: (v[0], v[1]) for n, v in ranked[: search.beam]}
-    ids = _final(beam, stats)
+    ids = _final(beam, vocab, rules, stats)
     if not ids:  # nothing complete in the beam: follow the frames one by one instead
         ids = _frame_greedy(logp, vocab, rules, root)
         stats["frame_greedy" if ids else "empty"] += 1
@@ -347,9 +348,25 @@ def _frame_greedy(logp: np.ndarray, vocab: Vocab, rules: _Rules, root: _Node) ->
             if c != blank and (child := node.child(vocab, c)) is not None:
                 node = child
                 break
-    while node is not None and not node.state.complete:
+    return _cut_back(node, vocab, rules) or []
+
+
+def _cut_back(node: _Node | None, vocab: Vocab, rules: _Rules) -> list[int] | None:
+    """`node`'s prefix cut back to its last complete point, where a point whose text is
+    complete once its open slur is closed counts (as `repair` closes one): a slur whose `)`
+    the model missed (faint or lost under a scan's threshold) would otherwise leave nothing
+    complete after its `(`, and the whole system empty. None: no such point."""
+    while node is not None:
+        if node.state.complete:
+            return node.ids()
+        if node.ids():
+            closed = vocab.text(node.ids()) + " )"
+            if cn.is_canonical(closed, rules.time):
+                ids = vocab.ids(closed)
+                if rules.limit is None or len(ids) <= rules.limit:
+                    return ids
         node = node.parent
-    return [] if node is None else node.ids()
+    return None
 
 
 def _add(beam: dict[_Node, list[float]], node: _Node, pb: float, pnb: float) -> None:
@@ -361,16 +378,16 @@ def _add(beam: dict[_Node, list[float]], node: _Node, pb: float, pnb: float) -> 
         e[0], e[1] = _logadd(e[0], pb), _logadd(e[1], pnb)
 
 
-def _final(beam: dict[_Node, tuple[float, float]], stats: Counter) -> list[int]:
+def _final(
+    beam: dict[_Node, tuple[float, float]], vocab: Vocab, rules: _Rules, stats: Counter
+) -> list[int]:
     """The best complete prefix; else the best one cut back to its last complete point."""
     ranked = sorted(beam, key=lambda n: -_logadd(*beam[n]))
     for node in ranked:
         if node.state.complete:
             return node.ids()
-    node = ranked[0]
-    while node is not None and not node.state.complete:
-        node = node.parent
-    if node is None:
+    ids = _cut_back(ranked[0], vocab, rules)
+    if ids is None:
         return []  # the caller tries the frames one by one, and counts
     stats["cut_back"] += 1
-    return node.ids()
+    return ids
