@@ -392,11 +392,12 @@ def _owners(
     pieces: list[Piece], mask: np.ndarray, piece_of: np.ndarray, staves: list[Staff]
 ) -> list[list[Piece]]:
     """Each staff's pieces. A piece that crosses staves is split between them at the middle
-    of each gap; one that crosses a staff is kept only within REACH spaces of it. The others are taken in rounds: a piece within ATTACH spaces of the ink a
-    staff holds in its columns goes with that staff (the nearer of two), so a ledger-line
-    stack or a fingering over a note follows it link by link; what is left between two staves
-    then goes with the staff whose ink is nearer; what is left above the first staff or below
-    the last (a title, a footer, a page number) with none. Header text above the first staff
+    of each gap; one that crosses a staff is kept only within REACH spaces of it. The others
+    are taken in rounds: a piece within ATTACH spaces of the ink a staff holds in its columns
+    goes with that staff (the nearer of two), so a ledger-line stack or a fingering over a
+    note follows it link by link; what is left between two staves then goes with the staff
+    whose ink is nearer; what is left above the first staff or below the last (a title, a
+    footer, a page number) with none. Header text above the first staff
     (`_header`) goes with none however near."""
     h, w = mask.shape
     held: list[list[Piece]] = [[] for _ in staves]

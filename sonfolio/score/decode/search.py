@@ -11,9 +11,9 @@ run in a pool of processes, one pool per vocabulary.
 
 When nothing complete is found (a model stuck in a dead end, or out of tokens), the best
 prefix is cut back to its last complete point, or to the last point an open slur's `)` would
-complete (counted as `cut_back`); when even that is
-empty, the decoder returns no tokens (counted as `empty`): the empty text, which `validate`
-rejects, so callers see it as a failed reading; nothing is invented.
+complete (counted as `cut_back`); when even that is empty, the decoder returns no tokens
+(counted as `empty`): the empty text, which `validate` rejects, so callers see it as a failed
+reading; nothing is invented.
 """
 
 from __future__ import annotations
@@ -359,8 +359,9 @@ def _cut_back(node: _Node | None, vocab: Vocab, rules: _Rules) -> list[int] | No
     while node is not None:
         if node.state.complete:
             return node.ids()
-        if node.ids():
-            closed = vocab.text(node.ids()) + " )"
+        text = vocab.text(node.ids())
+        if "(" in text:  # only a slur left open is closed here
+            closed = text + " )"
             if cn.is_canonical(closed, rules.time):
                 ids = vocab.ids(closed)
                 if rules.limit is None or len(ids) <= rules.limit:
