@@ -69,6 +69,14 @@ def test_a_scans_edge_line_through_a_staff_does_not_stretch_its_box(systems, par
     top, bottom = spans[-1]
     assert boxes[-1].bottom < bottom + 2 * (bottom - top)  # not the page's foot (600 px below)
     assert boxes[-1].top <= top + 3
+    # one that starts under the staff, near its ink but not crossing its lines (taken with
+    # the staff as a ledger line would be), is cut so too
+    page, spans = stack(systems, margin=600)
+    staff_top, staff_bottom = find_staves(np.asarray(page), params.infer.page)[-1]
+    below = staff_bottom + round(0.8 * (staff_bottom - staff_top) / 4)  # 0.8 space under it
+    page.paste(0, (x, below, x + 2, page.height))
+    boxes = split_page(np.asarray(page), params.infer.page)
+    assert len(boxes) == 3 and boxes[-1].bottom < bottom + 2 * (bottom - top)
 
 
 def test_a_blank_page_has_no_systems(params):

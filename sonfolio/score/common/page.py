@@ -59,11 +59,12 @@ JOIN_RIGHT = 0.5  # the letters of a word, a digit and its circle
 # a page number (LilyPond: 1 space padding, 4 above the staff) stays out over the clef.
 ATTACH = 1.25
 HEADER_WORD_GAP = 2.0  # spaces between the words of one header line (a composer's name)
-# How far (spaces) a piece that crosses a staff's lines is kept above and below it: a note on
-# eight ledger lines with its stem reaches ~12; a scan's page edge, fold or curl shadow that
-# runs through a staff down the page is cut here instead of stretching the system's box to the
-# page's foot (the system then shrunk to a sliver when read)
-REACH = 16.0
+# How far (spaces) a staff's pieces are kept above and below it: a note on eight ledger lines
+# reaches ~9 (its stem points to the staff), lyrics and dynamics ~4; a scan's page edge, fold
+# or curl shadow that runs through or from a staff down the page is cut here instead of
+# stretching the system's box towards the page's foot (the system then shrunk to a sliver when
+# read: 16 still left a short last line of a scan-like page unread)
+REACH = 10.0
 
 
 @dataclass(frozen=True)
@@ -392,7 +393,7 @@ def _owners(
     pieces: list[Piece], mask: np.ndarray, piece_of: np.ndarray, staves: list[Staff]
 ) -> list[list[Piece]]:
     """Each staff's pieces. A piece that crosses staves is split between them at the middle
-    of each gap; one that crosses a staff is kept only within REACH spaces of it. The others
+    of each gap; a piece is kept only within REACH spaces of its staff. The others
     are taken in rounds: a piece within ATTACH spaces of the ink a staff holds in its columns
     goes with that staff (the nearer of two), so a ledger-line stack or a fingering over a
     note follows it link by link; what is left between two staves then goes with the staff
@@ -433,6 +434,12 @@ def _owners(
         ]
 
     def take(piece: Piece, i: int) -> None:
+        reach = round(REACH * staves[i].space)  # a line down the page that starts near
+        top = max(piece.top, staves[i].top - reach)  # the staff's ink is cut too
+        bottom = min(piece.bottom, staves[i].bottom + reach)
+        if top > bottom:
+            return
+        piece = Piece(top, bottom, piece.left, piece.right)
         held[i].append(piece)
         cols = slice(piece.left, piece.right)
         sky_top[i, cols] = np.minimum(sky_top[i, cols], piece.top)
