@@ -1,0 +1,243 @@
+"""The page's ink as pieces, and the staff each piece goes with (`owners`): the half of the
+page cutter (sonfolio.score.common.page) that works on ink, not lines.
+
+Written here with numpy for the reason page.py gives: no installed library labels ink and
+assigns it to staves (no OpenCV, scikit-image or scipy in the environment).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from sonfolio.score.common.page import Staff
+
+# Ink this close (in staff spaces) is one piece: a notehead and the ledger line through it,
+# a fingering on its note. Kept under half a space: LilyPond leaves only 1 space between two
+# systems' ink (system-system-spacing padding) and 0.5 between the title block and the first
+# system (markup-system-spacing), so a wider join could tie staves together, or a composer's
+# name to the notes under it.
+JOIN_DOWN = 0.45
+JOIN_RIGHT = 0.5  # the letters of a word, a digit and its circle
+# A piece this close (spaces) to a staff's ink in its columns goes with that staff: ledger
+# lines 1 space apart (gaps under 0.9) follow one another, a bar number (1.1 above) its staff;
+# a page number (LilyPond: 1 space padding, 4 above the staff) stays out over the clef.
+ATTACH = 1.25
+HEADER_WORD_GAP = 2.0  # spaces between the words of one header line (a composer's name)
+# How far (spaces) a staff's pieces are kept above and below it: a note on eight ledger lines
+# reaches ~9 (its stem points to the staff), lyrics and dynamics ~4; a scan's page edge, fold
+# or curl shadow that runs through or from a staff down the page is cut here instead of
+# stretching the system's box towards the page's foot (the system then shrunk to a sliver when
+# read: 16 still left a short last line of a scan-like page unread)
+REACH = 10.0
+
+
+def runs(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(H, W) bool -> each horizontal run of True as (row, first column, column after it),
+    ordered by row, then column."""
+    padded = np.pad(mask.astype(np.int8), ((0, 0), (1, 1)))
+    edges = np.diff(padded, axis=1)  # +1 where a run starts, -1 just after it ends
+    rows, starts = np.nonzero(edges == 1)
+    _, ends = np.nonzero(edges == -1)  # row-major order: pairs with the starts
+    return rows, starts, ends
+
+
+def _shift_or(mask: np.ndarray, by: int, axis: int) -> np.ndarray:
+    """`mask` with each True also set on the `by` pixels after it along `axis` (down or right):
+    ink closer than `by` pixels that way is joined."""
+    out = mask.copy()
+    for step in range(1, min(by, mask.shape[axis] - 1) + 1):
+        if axis == 0:
+            out[step:] |= mask[:-step]
+        else:
+            out[:, step:] |= mask[:, :-step]
+    return out
+
+
+def _label_runs(rows: np.ndarray, starts: np.ndarray, ends: np.ndarray, width: int) -> np.ndarray:
+    """Runs (ordered by row, then column) -> a label per run, shared by runs that touch from
+    one row to the next (4-connected components, by label propagation with pointer jumping:
+    a few vectorised passes instead of a flood fill per pixel)."""
+    stride = width + 1
+    key_start, key_end = rows * stride + starts, rows * stride + ends
+    # The runs of the next row that overlap a run end after its start and start before its end.
+    lo = np.searchsorted(key_end, (rows + 1) * stride + starts, side="right")
+    hi = np.searchsorted(key_start, (rows + 1) * stride + ends, side="left")
+    count = np.maximum(hi - lo, 0)
+    a = np.repeat(np.arange(rows.size), count)
+    b = np.repeat(lo - np.cumsum(count) + count, count) + np.arange(count.sum())
+    labels = np.arange(rows.size)
+    while a.size:
+        low = np.minimum(labels[a], labels[b])
+        np.minimum.at(labels, labels[a], low)
+        np.minimum.at(labels, labels[b], low)
+        while not np.array_equal(nxt := labels[labels], labels):
+            labels = nxt
+        if np.array_equal(labels[a], labels[b]):
+            break
+    return labels
+
+
+@dataclass(frozen=True)
+class Piece:
+    """The box of a connected piece of ink (ink this close together counts as touching)."""
+
+    top: int
+    bottom: int  # the last row, included
+    left: int
+    right: int  # the column after the last
+
+
+def ink_pieces(mask: np.ndarray, space: float) -> tuple[list[Piece], np.ndarray]:
+    """The page's ink as pieces: ink joined across gaps up to JOIN_DOWN staff spaces high
+    and JOIN_RIGHT wide, so that a note on ledger lines, the fingering on it and the letters
+    of a word each make one piece with what they belong to. Each piece's box is that of its
+    ink, not of the gaps joined. Returns the pieces and each ink pixel's piece (an index into
+    them, in np.nonzero(mask) order)."""
+    joined = _shift_or(mask, max(1, round(JOIN_RIGHT * space)), axis=1)
+    joined = _shift_or(joined, max(1, round(JOIN_DOWN * space)), axis=0)
+    rows, starts, ends = runs(joined)
+    _, piece_of_run = np.unique(_label_runs(rows, starts, ends, mask.shape[1]), return_inverse=True)
+    # Each ink pixel lies in one joined run (joining only adds ink): the last starting before it.
+    ys, xs = np.nonzero(mask)
+    stride = mask.shape[1] + 1
+    piece = piece_of_run[np.searchsorted(rows * stride + starts, ys * stride + xs, "right") - 1]
+    n = int(piece.max(initial=-1)) + 1
+    top, bottom = np.full(n, mask.shape[0]), np.full(n, -1)
+    left, right = np.full(n, mask.shape[1]), np.full(n, -1)
+    np.minimum.at(top, piece, ys)
+    np.maximum.at(bottom, piece, ys)
+    np.minimum.at(left, piece, xs)
+    np.maximum.at(right, piece, xs + 1)
+    return [Piece(*map(int, t)) for t in zip(top, bottom, left, right, strict=True)], piece
+
+
+def _header(piece: Piece, staff: Piece, space: float) -> bool:
+    """A piece above the first staff that starts left of it (a poet's name at the margin, the
+    first staff being indented) or ends at its right end (a composer's or arranger's name,
+    right-aligned to the line): header text, however close LilyPond put it (0.5 space)."""
+    return piece.left < staff.left - space or piece.right > staff.right - space / 2
+
+
+def _drop_header(free: list[Piece], staff_box: Piece, staff: Staff) -> list[Piece]:
+    """`free` without the header text above the first staff (`_header`) and the words on the
+    same line as it (rows overlapping, under HEADER_WORD_GAP spaces apart): "J." of "J. Bach"."""
+    above = [p for p in free if p.bottom < staff.top]
+    header = [p for p in above if _header(p, staff_box, staff.space)]
+    gap = HEADER_WORD_GAP * staff.space
+    grown = True
+    while grown:
+        grown = False
+        for p in above:
+            if p not in header and any(
+                p.top <= q.bottom
+                and q.top <= p.bottom
+                and max(q.left - p.right, p.left - q.right) <= gap
+                for q in header
+            ):
+                header.append(p)
+                grown = True
+    return [p for p in free if p not in header]
+
+
+def span(pieces: list[Piece]) -> Piece:
+    """The box around pieces."""
+    return Piece(
+        min(p.top for p in pieces),
+        max(p.bottom for p in pieces),
+        min(p.left for p in pieces),
+        max(p.right for p in pieces),
+    )
+
+
+def _gap(
+    piece: Piece, staff: int, sky_top: np.ndarray, sky_bottom: np.ndarray, space: float
+) -> int:
+    """Rows between a piece and the ink `staff` holds in the piece's columns (a space either
+    side): to that ink's top when the piece is above it, from its bottom when below."""
+    cols = slice(max(0, piece.left - round(space)), piece.right + round(space))
+    above = int(sky_top[staff, cols].min()) - piece.bottom
+    below = piece.top - int(sky_bottom[staff, cols].max())
+    return max(above, below)
+
+
+def owners(
+    pieces: list[Piece], mask: np.ndarray, piece_of: np.ndarray, staves: list[Staff]
+) -> list[list[Piece]]:
+    """Each staff's pieces. A piece that crosses staves is split between them at the middle
+    of each gap; a piece is kept only within REACH spaces of its staff. The others
+    are taken in rounds: a piece within ATTACH spaces of the ink a staff holds in its columns
+    goes with that staff (the nearer of two), so a ledger-line stack or a fingering over a
+    note follows it link by link; what is left between two staves then goes with the staff
+    whose ink is nearer; what is left above the first staff or below the last (a title, a
+    footer, a page number) with none. Header text above the first staff
+    (`_header`) goes with none however near."""
+    h, w = mask.shape
+    held: list[list[Piece]] = [[] for _ in staves]
+    edges = [-1, *[(a.bottom + b.top) // 2 for a, b in zip(staves, staves[1:], strict=False)], h]
+    ys, xs = np.nonzero(mask)
+    sky_top = np.full((len(staves), w), h)  # per staff and column: its ink's top row
+    sky_bottom = np.full((len(staves), w), -1)  # and bottom row
+    free = []
+    for k, piece in enumerate(pieces):
+        crossed = [
+            i for i, s in enumerate(staves) if piece.top <= s.bottom and piece.bottom >= s.top
+        ]
+        if not crossed:
+            free.append(piece)
+        for i in crossed:
+            reach = round(REACH * staves[i].space)
+            top = max(piece.top, staves[i].top - reach)
+            bottom = min(piece.bottom, staves[i].bottom + reach)
+            if len(crossed) > 1:  # joined across a gap: each staff keeps its side
+                top, bottom = max(top, edges[i] + 1), min(bottom, edges[i + 1])
+            held[i].append(Piece(top, bottom, piece.left, piece.right))
+            mine = (piece_of == k) & (ys >= top) & (ys <= bottom)
+            np.minimum.at(sky_top[i], xs[mine], ys[mine])
+            np.maximum.at(sky_bottom[i], xs[mine], ys[mine])
+    free = _drop_header(free, span(held[0]), staves[0])
+
+    def neighbours(piece: Piece) -> list[int]:
+        below = [i for i, s in enumerate(staves) if s.bottom < piece.top]
+        return [
+            i
+            for i in (below[-1] if below else None, len(below))
+            if i is not None and i < len(staves)
+        ]
+
+    def take(piece: Piece, i: int) -> None:
+        reach = round(REACH * staves[i].space)  # a line down the page that starts near
+        top = max(piece.top, staves[i].top - reach)  # the staff's ink is cut too
+        bottom = min(piece.bottom, staves[i].bottom + reach)
+        if top > bottom:
+            return
+        piece = Piece(top, bottom, piece.left, piece.right)
+        held[i].append(piece)
+        cols = slice(piece.left, piece.right)
+        sky_top[i, cols] = np.minimum(sky_top[i, cols], piece.top)
+        sky_bottom[i, cols] = np.maximum(sky_bottom[i, cols], piece.bottom)
+
+    while free:
+        near = []
+        for piece in free:
+            gaps = {
+                i: _gap(piece, i, sky_top, sky_bottom, staves[i].space) for i in neighbours(piece)
+            }
+            best = min(gaps, key=gaps.__getitem__)
+            if gaps[best] <= ATTACH * staves[best].space:
+                near.append((gaps[best], id(piece), piece, best))
+        if not near:
+            break
+        for _, _, piece, i in sorted(near):
+            take(piece, i)
+        taken = {id(p) for _, _, p, _ in near}
+        free = [p for p in free if id(p) not in taken]
+    for piece in free:  # far from any staff's ink: between two staves, the nearer one's
+        sides = neighbours(piece)
+        if len(sides) == 2:
+            gaps = [_gap(piece, i, sky_top, sky_bottom, staves[i].space) for i in sides]
+            take(piece, sides[int(np.argmin(gaps))])
+    return held
