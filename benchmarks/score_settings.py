@@ -38,15 +38,8 @@ from typing import Any
 import yaml
 from rich.table import Table
 
-from benchmarks import (
-    console,
-    earlier_result,
-    override,
-    publish,
-    run_stage,
-    settings_parser,
-    stamp_conditions,
-)
+import benchmarks
+from benchmarks import console, earlier_result, override, publish, run_stage, settings_parser
 from sonfolio import cpu
 from sonfolio.io import read_jsonl
 
@@ -280,7 +273,7 @@ def main() -> None:
         work = run_setting(args.root, name, SETTINGS[name], args.params)
         result["settings"][name] = {"overrides": SETTINGS[name], **figures(work)}
         result["settings"][name]["pages_vs_root"] = against_root(work, args.root)
-        stamp_conditions(result, name, load_before)
+        benchmarks.stamp_conditions(result, name, load_before)
         publish(args.out, result, lambda r: console(200).print(table(r)))
 
 

@@ -27,15 +27,8 @@ from typing import Any
 import yaml
 from rich.table import Table
 
-from benchmarks import (
-    console,
-    earlier_result,
-    override,
-    publish,
-    run_stage,
-    settings_parser,
-    stamp_conditions,
-)
+import benchmarks
+from benchmarks import console, earlier_result, override, publish, run_stage, settings_parser
 from sonfolio import cpu
 
 RESULTS = Path("benchmarks/results/speech_keep.json")
@@ -175,7 +168,7 @@ def main() -> None:
             "train_minutes": trained["train_minutes"],
             "best_step": trained["best_step"],
         }
-        stamp_conditions(result, name, load_before)
+        benchmarks.stamp_conditions(result, name, load_before)
         # written after each setting: a long run keeps what it measured
         publish(args.out, result, lambda r: console(150).print(table(r)))
 
