@@ -1,5 +1,6 @@
 """A real uvicorn server in a thread, for the service tests (tests/test_serve.py and
-tests/hostile/test_service.py): slow clients, header limits and lifespans need a real socket."""
+tests/hostile/test_service.py, test_service_clients.py): slow clients, header limits and
+lifespans need a real socket."""
 
 from __future__ import annotations
 
