@@ -8,7 +8,7 @@ import pytest
 from infer_tiny import SYSTEMS, render_systems, stack
 from PIL import Image
 
-from sonfolio.score.common.page import deskew, find_staves, group_staves, split_page
+from sonfolio.score.common.page import cut_page, deskew, find_staves, group_staves, split_page
 
 
 @pytest.fixture(scope="module")
@@ -90,3 +90,76 @@ def test_a_stray_line_before_a_staff_does_not_hide_it():
 
 def test_too_few_evenly_spaced_lines_are_not_a_staff():
     assert group_staves([(10, 10), (18, 18), (26, 26)], 4) == []
+
+
+def _two_staves_and_a_mark() -> tuple[np.ndarray, tuple[int, int]]:
+    """A drawn page: two staves (5 lines, 10 px apart, 400 px long), a stem 30 px up from the
+    first staff's top line at its left end (its box reaches that high), and a mark 25 px
+    above the first staff in the middle, far (2.5 spaces) from the staff's ink in its columns:
+    it goes with no staff, yet lies within the first staff's box. Returns the page and the
+    mark's centre."""
+    page = np.full((300, 500), 255, np.uint8)
+    for top in (60, 180):
+        for k in range(5):
+            page[top + 10 * k : top + 10 * k + 2, 50:450] = 0
+    page[30:62, 60:62] = 0  # the stem
+    page[33:37, 240:252] = 0  # the mark: rows 33-36, 4 rows above the stem's top at 30
+    return page, (35, 246)
+
+
+@pytest.mark.parametrize("own_ink_only", [True, False])
+def test_a_systems_image_keeps_only_its_own_staffs_ink(params, own_ink_only):
+    """infer.page.own_ink_only: ink in a system's box that went with no staff (a title, a
+    scan's bleed-through) is painted over in the paper's grey; off, the image is the box."""
+    page, (y, x) = _two_staves_and_a_mark()
+    cfg = params.infer.page.model_copy(update={"own_ink_only": own_ink_only})
+    [(box, image), (_, second)] = cut_page(page, cfg)
+    assert box.top <= 30 < y < box.bottom and box.left <= x < box.right  # the mark is inside
+    mark = image[y - box.top - 2 : y - box.top + 2, x - box.left - 6 : x - box.left + 6]
+    assert (mark == 255).all() if own_ink_only else (mark == 0).all()
+    # the staff's own ink is kept whole: its lines, and the stem that set the box's top
+    assert (image[60 - box.top, 50 - box.left : 450 - box.left] == 0).all()
+    assert (image[31 - box.top, 60 - box.left] == 0) and second.min() == 0
+    assert split_page(page, cfg) == [box for box, _ in cut_page(page, cfg)]
+
+
+def _staff(page: np.ndarray, top: int) -> None:
+    for k in range(5):  # 5 lines, 10 px apart (a space of 10 px), 400 px long
+        page[top + 10 * k : top + 10 * k + 2, 50:450] = 0
+
+
+@pytest.mark.parametrize("own_ink_only", [True, False])
+def test_a_title_word_near_the_high_notes_is_left_out_with_its_line(params, own_ink_only):
+    """A title LilyPond set close over the first line's notes: one word lies within reach of
+    a stem (taken with the staff, link by link), the other not. With own_ink_only the word is
+    known by the line it shares with the one left out (tops aligned, 2 spaces apart) and is
+    left out too, so the first system's box starts at the stem; without, it reaches the title."""
+    page = np.full((300, 500), 255, np.uint8)
+    _staff(page, 60)
+    _staff(page, 180)
+    page[30:62, 205:207] = 0  # a stem from the staff up to row 30
+    page[14:24, 160:200] = 0  # a title word 0.7 space above the stem's top
+    page[14:24, 100:140] = 0  # the title's other word, 20 px (2 spaces) to its left
+    cfg = params.infer.page.model_copy(update={"own_ink_only": own_ink_only})
+    first = split_page(page, cfg)[0]
+    if own_ink_only:
+        assert 28 <= first.top <= 30
+    else:
+        assert first.top <= 14
+
+
+@pytest.mark.parametrize("own_ink_only", [True, False])
+def test_ink_far_from_both_staves_between_them_goes_with_none_when_own_ink_only(
+    params, own_ink_only
+):
+    """A speck of a scan's bleed-through halfway between two staves, far from either's ink:
+    by default the nearer staff's box takes it in (lyrics there belong to a line); with
+    own_ink_only it goes with no staff, and no box reaches it."""
+    page = np.full((360, 500), 255, np.uint8)
+    _staff(page, 60)
+    _staff(page, 260)
+    page[150:156, 240:248] = 0  # 5 spaces under the first staff, 10 over the second
+    cfg = params.infer.page.model_copy(update={"own_ink_only": own_ink_only})
+    first, second = split_page(page, cfg)
+    assert (first.bottom >= 156) is not own_ink_only
+    assert second.top > 156

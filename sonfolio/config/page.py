@@ -24,3 +24,9 @@ class PageSplit(Strict):
     # page curl has bent (each strip holds a nearly straight piece); 1: the whole width only
     strips: Annotated[int, Field(ge=1, le=64)]
     max_skew_deg: Annotated[float, Field(ge=0.0, le=10.0)]  # tilt straightened before cutting
+    # each system's image keeps only its own staff's ink: ink another staff owns or none does
+    # (a title, a neighbour's low notes, a scan's bleed-through between the staves) is painted
+    # over in the paper's grey; and ownership is strict (ink.owners' `strict`): what lies far
+    # from both staves between them, and the title words over the first staff's notes, go with
+    # none
+    own_ink_only: bool

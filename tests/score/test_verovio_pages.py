@@ -20,7 +20,12 @@ from sonfolio.score.common.verovio import FONTS, engrave_pages
 VEROVIO_DPI = 254  # an A4 page 2100 px wide
 
 CUT = PageSplit(
-    staff_line_fraction=0.3, min_staff_lines=4, short_staff_spaces=12, strips=8, max_skew_deg=2
+    staff_line_fraction=0.3,
+    min_staff_lines=4,
+    short_staff_spaces=12,
+    strips=8,
+    max_skew_deg=2,
+    own_ink_only=True,
 )
 # bwv101.7's alto: Verovio leaves its last system one bar long, at its natural width
 PIECES = {"short_last": ("bach/bwv101.7", 1), "two_systems": ("bach/bwv66.6", 0)}

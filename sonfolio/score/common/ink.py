@@ -143,6 +143,36 @@ def _drop_header(free: list[Piece], staff_box: Piece, staff: Staff) -> list[Piec
     return [p for p in free if p not in header]
 
 
+def _title_words(
+    pieces: list[Piece], taken_by: np.ndarray, staff: Staff, left: list[Piece]
+) -> list[int]:
+    """The pieces the first staff took above its lines that are words of a text line whose
+    other words went with none (`left`): a title LilyPond set close over the high notes, one
+    word within ATTACH of them, the rest not. A word of the line: rows overlapping, top or
+    bottom within half a space of the other's (letters of one size on one baseline), under
+    HEADER_WORD_GAP spaces apart; grown word by word. Their indices into `pieces`."""
+    gap, align = HEADER_WORD_GAP * staff.space, staff.space / 2
+    candidates = [k for k, p in enumerate(pieces) if taken_by[k] == 0 and p.bottom < staff.top]
+    line = list(left)
+    words: list[int] = []
+    grown = True
+    while grown:
+        grown = False
+        for k in candidates:
+            p = pieces[k]
+            if k not in words and any(
+                p.top <= q.bottom
+                and q.top <= p.bottom
+                and (abs(p.top - q.top) <= align or abs(p.bottom - q.bottom) <= align)
+                and max(q.left - p.right, p.left - q.right) <= gap
+                for q in line
+            ):
+                words.append(k)
+                line.append(p)
+                grown = True
+    return words
+
+
 def span(pieces: list[Piece]) -> Piece:
     """The box around pieces."""
     return Piece(
@@ -165,22 +195,36 @@ def _gap(
 
 
 def owners(
-    pieces: list[Piece], mask: np.ndarray, piece_of: np.ndarray, staves: list[Staff]
-) -> list[list[Piece]]:
-    """Each staff's pieces. A piece that crosses staves is split between them at the middle
-    of each gap; a piece is kept only within REACH spaces of its staff. The others
-    are taken in rounds: a piece within ATTACH spaces of the ink a staff holds in its columns
-    goes with that staff (the nearer of two), so a ledger-line stack or a fingering over a
-    note follows it link by link; what is left between two staves then goes with the staff
-    whose ink is nearer; what is left above the first staff or below the last (a title, a
-    footer, a page number) with none. Header text above the first staff
-    (`_header`) goes with none however near."""
+    pieces: list[Piece],
+    mask: np.ndarray,
+    piece_of: np.ndarray,
+    staves: list[Staff],
+    strict: bool = False,
+) -> tuple[list[list[Piece]], np.ndarray]:
+    """Each staff's pieces, and each ink pixel's staff (an index into `staves`, -1 for
+    none; in np.nonzero(mask) order, as `piece_of`). A piece that crosses staves is split
+    between them at the middle of each gap; a piece is kept only within REACH spaces of its
+    staff. The others are taken in rounds: a piece within ATTACH spaces of the ink a staff
+    holds in its columns goes with that staff (the nearer of two), so a ledger-line stack or
+    a fingering over a note follows it link by link; what is left between two staves then
+    goes with the staff whose ink is nearer (`strict`: with none, as the bleed-through and
+    specks a scan leaves there); what is left above the first staff or below the last (a
+    title, a footer, a page number) with none; `strict`, so do the first staff's pieces above
+    it that are words of a text line left with none (`_title_words`). Header text above the
+    first staff (`_header`) goes with none however near."""
     h, w = mask.shape
     held: list[list[Piece]] = [[] for _ in staves]
     edges = [-1, *[(a.bottom + b.top) // 2 for a, b in zip(staves, staves[1:], strict=False)], h]
     ys, xs = np.nonzero(mask)
     sky_top = np.full((len(staves), w), h)  # per staff and column: its ink's top row
     sky_bottom = np.full((len(staves), w), -1)  # and bottom row
+    staff_of = np.full(len(ys), -1, dtype=np.int32)
+    # a piece taken whole (not crossing a staff): its staff and the rows it is kept within
+    taken_by = np.full(len(pieces), -1, dtype=np.int32)
+    kept_top = np.zeros(len(pieces), dtype=np.int64)
+    kept_bottom = np.zeros(len(pieces), dtype=np.int64)
+    index = {id(piece): k for k, piece in enumerate(pieces)}
+    kept: dict[int, Piece] = {}  # a taken piece's index: the piece as its staff holds it
     free = []
     for k, piece in enumerate(pieces):
         crossed = [
@@ -196,9 +240,12 @@ def owners(
                 top, bottom = max(top, edges[i] + 1), min(bottom, edges[i + 1])
             held[i].append(Piece(top, bottom, piece.left, piece.right))
             mine = (piece_of == k) & (ys >= top) & (ys <= bottom)
+            staff_of[mine] = i
             np.minimum.at(sky_top[i], xs[mine], ys[mine])
             np.maximum.at(sky_bottom[i], xs[mine], ys[mine])
+    kept_free = free
     free = _drop_header(free, span(held[0]), staves[0])
+    header = [p for p in kept_free if all(p is not q for q in free)]
 
     def neighbours(piece: Piece) -> list[int]:
         below = [i for i, s in enumerate(staves) if s.bottom < piece.top]
@@ -214,7 +261,9 @@ def owners(
         bottom = min(piece.bottom, staves[i].bottom + reach)
         if top > bottom:
             return
-        piece = Piece(top, bottom, piece.left, piece.right)
+        k = index[id(piece)]
+        taken_by[k], kept_top[k], kept_bottom[k] = i, top, bottom
+        piece = kept[k] = Piece(top, bottom, piece.left, piece.right)
         held[i].append(piece)
         cols = slice(piece.left, piece.right)
         sky_top[i, cols] = np.minimum(sky_top[i, cols], piece.top)
@@ -235,9 +284,17 @@ def owners(
             take(piece, i)
         taken = {id(p) for _, _, p, _ in near}
         free = [p for p in free if id(p) not in taken]
-    for piece in free:  # far from any staff's ink: between two staves, the nearer one's
+    for piece in [] if strict else free:  # far from any staff's ink: the nearer one's
         sides = neighbours(piece)
         if len(sides) == 2:
             gaps = [_gap(piece, i, sky_top, sky_bottom, staves[i].space) for i in sides]
             take(piece, sides[int(np.argmin(gaps))])
-    return held
+    left_above = [*header, *(p for p in free if p.bottom < staves[0].top)]
+    title = _title_words(pieces, taken_by, staves[0], left_above) if strict else []
+    if title:
+        taken_by[title] = -1
+        held[0] = [p for p in held[0] if id(p) not in {id(kept[k]) for k in title}]
+    by = taken_by[piece_of]
+    mine = (by >= 0) & (ys >= kept_top[piece_of]) & (ys <= kept_bottom[piece_of])
+    staff_of[mine] = by[mine]
+    return held, staff_of

@@ -9,7 +9,11 @@ whose ink lies within ATTACH spaces in the piece's columns, so that ledger-line 
 text over the notes follow their staff link by link; what is left between two staves goes with
 the nearer. Above the first staff and below the last, pieces near nothing (a title, a page
 number, a footer) and header text aligned to the margins (a composer, a poet) go with none.
-A box is the ink of its staff's pieces.
+A box is the ink of its staff's pieces. With `own_ink_only`, ownership is strict (what is left
+between two staves goes with none, and so do the words of a title line that the first staff
+took in over its high notes while the line's other words went with none), and the system's
+image is its box with every other ink pixel (a title, the next staff's low notes, a scan's
+bleed-through) painted over in the paper's grey.
 
 Written here with numpy because no installed library does it: the environment has no OpenCV,
 scikit-image or scipy, and the open-source OMR tools that segment staves (e.g. oemer, homr)
@@ -48,6 +52,9 @@ SKEW_STEP_DEG = 0.1  # tilts tried: every 0.1 degree (a 2,000 px line drifts 3.5
 SKEW_SAMPLE = 200_000  # ink pixels enough to score a tilt; more are subsampled
 MIN_CONTRAST = 32  # grey levels below the paper's that are clearly ink, not paper noise
 MIN_INK_SHARE = 1e-4  # of the pixels: less dark is dust (one system at 100 dpi has 1%)
+# px around ink painted over (own_ink_only) that are painted too: its anti-aliased edge, lighter
+# than ink_mask's cut, would otherwise stay as a faint outline
+HALO = 1
 
 
 @dataclass(frozen=True)
@@ -245,7 +252,13 @@ def find_staves(gray: np.ndarray, cfg: PageSplit) -> list[tuple[int, int]]:
 
 
 def split_page(gray: np.ndarray, cfg: PageSplit) -> list[Box]:
-    """(H, W) uint8 grey page -> one box per staff system, top to bottom.
+    """(H, W) uint8 grey page -> one box per staff system, top to bottom (`cut_page`'s
+    boxes)."""
+    return [box for box, _ in cut_page(gray, cfg)]
+
+
+def cut_page(gray: np.ndarray, cfg: PageSplit) -> list[tuple[Box, np.ndarray]]:
+    """(H, W) uint8 grey page -> each staff system's box and image, top to bottom.
 
     The ink is taken as pieces (`ink_pieces`); each goes with the staff whose lines it
     crosses or, between two staves, with the nearer one, so fingerings, dynamics, lyrics and
@@ -253,8 +266,10 @@ def split_page(gray: np.ndarray, cfg: PageSplit) -> list[Box]:
     the last, a piece goes with that staff only when it lies near the ink the staff already
     holds in its columns (pieces taken nearest first) and is not aligned as header text, so a
     title, a composer, a copyright line or a page number is left out, on a page of one system
-    too. A box is the ink of its staff's pieces. A page with ink but no staff found is one box
-    around all of it (with a warning).
+    too. A box is the ink of its staff's pieces. Its image is the page within the box; with
+    `cfg.own_ink_only`, ownership is strict (`owners`) and ink that went with another staff or
+    with none is painted over in the paper's grey (`_own_ink`). A page with ink but no staff
+    found is one box around all of it (with a warning).
     """
     mask = ink_mask(gray)
     if not mask.any():
@@ -264,11 +279,50 @@ def split_page(gray: np.ndarray, cfg: PageSplit) -> list[Box]:
     if not staves:
         log.warning("no staff found on the page: it is read as one system around all its ink")
         ys, xs = np.nonzero(mask)
-        return [
-            _padded(Piece(int(ys.min()), int(ys.max()), int(xs.min()), int(xs.max()) + 1), h, w)
-        ]
+        box = _padded(Piece(int(ys.min()), int(ys.max()), int(xs.min()), int(xs.max()) + 1), h, w)
+        return [(box, _crop(gray, box))]
     pieces, piece_of = ink_pieces(mask, min(s.space for s in staves))
-    return [_padded(span(mine), h, w) for mine in owners(pieces, mask, piece_of, staves)]
+    held, staff_of = owners(pieces, mask, piece_of, staves, strict=cfg.own_ink_only)
+    boxes = [_padded(span(mine), h, w) for mine in held]
+    if not cfg.own_ink_only:
+        return [(box, _crop(gray, box)) for box in boxes]
+    return [(box, _own_ink(gray, mask, staff_of, i, box)) for i, box in enumerate(boxes)]
+
+
+def _crop(gray: np.ndarray, box: Box) -> np.ndarray:
+    return gray[box.top : box.bottom, box.left : box.right].copy()
+
+
+def _own_ink(
+    gray: np.ndarray, mask: np.ndarray, staff_of: np.ndarray, i: int, box: Box
+) -> np.ndarray:
+    """Staff `i`'s image: the page within `box`, its ink that is not staff `i`'s (`staff_of`:
+    each ink pixel's staff, -1 for none, in np.nonzero(mask) order) and HALO px around it
+    painted in the box's paper grey (the median of its pixels that are not ink)."""
+    crop = _crop(gray, box)
+    ink = mask[box.top : box.bottom, box.left : box.right]
+    ys, xs = np.nonzero(mask)
+    inside = (ys >= box.top) & (ys < box.bottom) & (xs >= box.left) & (xs < box.right)
+    foreign = np.zeros(crop.shape, dtype=bool)
+    other = inside & (staff_of != i)
+    foreign[ys[other] - box.top, xs[other] - box.left] = True
+    if not foreign.any():
+        return crop
+    own = ink & ~foreign
+    paper = crop[~ink]
+    crop[_grown(foreign, HALO) & ~own] = int(np.median(paper)) if paper.size else 255
+    return crop
+
+
+def _grown(mask: np.ndarray, by: int) -> np.ndarray:
+    """`mask` with every pixel within `by` px (rows and columns) of a True set too."""
+    h, w = mask.shape
+    padded = np.pad(mask, by)
+    out = np.zeros_like(mask)
+    for dy in range(2 * by + 1):
+        for dx in range(2 * by + 1):
+            out |= padded[dy : dy + h, dx : dx + w]
+    return out
 
 
 def _padded(span: Piece, h: int, w: int) -> Box:

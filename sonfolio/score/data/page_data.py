@@ -35,7 +35,7 @@ from PIL import Image
 
 from sonfolio.score.common.canonical import CanonicalError, bar_lengths, validate
 from sonfolio.score.common.lexicon import BAR_TYPES, MARKINGS, SLUR_END, SLUR_START
-from sonfolio.score.common.page import split_page
+from sonfolio.score.common.page import cut_page
 from sonfolio.score.common.pages import Layout, LayoutUnproven, engrave
 from sonfolio.score.data.render import RenderSettings, finish
 
@@ -374,7 +374,8 @@ def _cut_pages(
     for k, (gray, n) in enumerate(zip(grays, per_page, strict=True)):
         here = cut[first : first + n]
         first += n
-        boxes = split_page(np.asarray(gray), cfg.cut)
+        systems = cut_page(np.asarray(gray), cfg.cut)
+        boxes = [box for box, _ in systems]
         rows = None if staff_rows is None else staff_rows[k]
         if len(boxes) != len(here) or (
             rows is not None
@@ -382,10 +383,10 @@ def _cut_pages(
         ):
             result.dropped["page_cut_mismatch"] += len(here)
             continue
-        for box, line in zip(boxes, here, strict=True):
+        for (_, pixels), line in zip(systems, here, strict=True):
             dest = job.dest / f"{job.stem}-{len(result.lines):03d}.png"
             image_seed = _seed(seed, dest.name) if job.augment else None
-            crop = gray.crop((box.left, box.top, box.right, box.bottom))
+            crop = Image.fromarray(pixels)
             dest.parent.mkdir(parents=True, exist_ok=True)
             finish(crop, render, image_seed).save(dest, compress_level=1)
             result.images.append(dest)

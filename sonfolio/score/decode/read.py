@@ -16,7 +16,7 @@ from PIL import Image
 
 from sonfolio.parallel import slices
 from sonfolio.score.common.canonical import CanonicalError, validate
-from sonfolio.score.common.page import Box, deskew, find_staves, split_page
+from sonfolio.score.common.page import Box, cut_page, deskew, find_staves
 from sonfolio.score.common.pixels import load_image, pixel_array
 from sonfolio.score.decode.vocab import Carry, next_time
 
@@ -57,13 +57,14 @@ class Reading:
     deskew_deg: float
 
 
-def system_boxes(
+def system_images(
     image: Image.Image, page: bool | None, cfg: Infer
-) -> tuple[Image.Image, list[Box], float]:
-    """Where the systems lie: in the whole image (page False), in the straightened page split
-    into systems (True), or, with None, the latter only when it has more than one staff.
-    Returns the image the boxes refer to, the boxes, and the turn applied."""
-    whole = (image, [Box(0, 0, image.width, image.height)], 0.0)
+) -> tuple[list[Box], list[Image.Image], float]:
+    """Where the systems lie and their images: the whole image (page False), or the
+    straightened page cut into systems (True: `cut_page`, each system's image its box with
+    `infer.page.own_ink_only`'s painting), or, with None, the latter only when it has more
+    than one staff. Returns the boxes (in the turned image), the images and the turn applied."""
+    whole = ([Box(0, 0, image.width, image.height)], [image], 0.0)
     if page is False:
         return whole
     level, angle = deskew(image, cfg.page.max_skew_deg, cfg.image)
@@ -75,7 +76,8 @@ def system_boxes(
             return whole
     if angle:
         log.info("page straightened by %.1f degrees", angle)
-    return level, split_page(gray, cfg.page), angle
+    systems = cut_page(gray, cfg.page)
+    return [box for box, _ in systems], [Image.fromarray(crop) for _, crop in systems], angle
 
 
 def pixel_values(images: Sequence[Image.Image], processor: Any) -> np.ndarray:
@@ -114,10 +116,9 @@ def read_image(variant: Variant, image: Image.Image, page: bool | None, cfg: Inf
     its bar checks; with `infer.constrained` the decoding itself keeps to the grammar
     (sonfolio.score.decode), else it is greedy and only checked.
     """
-    source, boxes, angle = system_boxes(image, page, cfg)
+    boxes, crops, angle = system_images(image, page, cfg)
     if not boxes:
         return Reading([], angle)
-    crops = [source.crop((b.left, b.top, b.right, b.bottom)) for b in boxes]
     pixels = pixel_values(crops, variant.processor)
     texts: list[str] = []
     times: list[str | None] = []  # the time in force before each system
