@@ -286,7 +286,8 @@ def cut_page(gray: np.ndarray, cfg: PageSplit) -> list[tuple[Box, np.ndarray]]:
     boxes = [_padded(span(mine), h, w) for mine in held]
     if not cfg.own_ink_only:
         return [(box, _crop(gray, box)) for box in boxes]
-    return [(box, _own_ink(gray, mask, staff_of, i, box)) for i, box in enumerate(boxes)]
+    ys, xs = np.nonzero(mask)  # staff_of's order
+    return [(box, _own_ink(gray, mask, (ys, xs, staff_of), i, box)) for i, box in enumerate(boxes)]
 
 
 def _crop(gray: np.ndarray, box: Box) -> np.ndarray:
@@ -294,22 +295,26 @@ def _crop(gray: np.ndarray, box: Box) -> np.ndarray:
 
 
 def _own_ink(
-    gray: np.ndarray, mask: np.ndarray, staff_of: np.ndarray, i: int, box: Box
+    gray: np.ndarray,
+    mask: np.ndarray,
+    ink: tuple[np.ndarray, np.ndarray, np.ndarray],
+    i: int,
+    box: Box,
 ) -> np.ndarray:
-    """Staff `i`'s image: the page within `box`, its ink that is not staff `i`'s (`staff_of`:
-    each ink pixel's staff, -1 for none, in np.nonzero(mask) order) and HALO px around it
-    painted in the box's paper grey (the median of its pixels that are not ink)."""
+    """Staff `i`'s image: the page within `box`, its ink that is not staff `i`'s and HALO px
+    around it painted in the box's paper grey (the median of its pixels that are not ink).
+    `ink`: the ink pixels' rows, columns and staves (-1 for none), in np.nonzero(mask) order."""
+    ys, xs, staff_of = ink
     crop = _crop(gray, box)
-    ink = mask[box.top : box.bottom, box.left : box.right]
-    ys, xs = np.nonzero(mask)
+    inked = mask[box.top : box.bottom, box.left : box.right]
     inside = (ys >= box.top) & (ys < box.bottom) & (xs >= box.left) & (xs < box.right)
     foreign = np.zeros(crop.shape, dtype=bool)
     other = inside & (staff_of != i)
     foreign[ys[other] - box.top, xs[other] - box.left] = True
     if not foreign.any():
         return crop
-    own = ink & ~foreign
-    paper = crop[~ink]
+    own = inked & ~foreign
+    paper = crop[~inked]
     crop[_grown(foreign, HALO) & ~own] = int(np.median(paper)) if paper.size else 255
     return crop
 
