@@ -163,3 +163,41 @@ def test_ink_far_from_both_staves_between_them_goes_with_none_when_own_ink_only(
     first, second = split_page(page, cfg)
     assert (first.bottom >= 156) is not own_ink_only
     assert second.top > 156
+
+
+def test_over_the_first_staff_a_ledger_line_leads_on_a_title_word_does_not(params):
+    """own_ink_only: a whole note on the third ledger line over the first staff is taken, line
+    by line (each ledger line 1 space over the last); a title whose one word lies within reach
+    of a stem, the other word 0.8 space beside it, is not taken word by word: both are left
+    out, and the box starts at the note's top."""
+    page = np.full((300, 500), 255, np.uint8)
+    _staff(page, 60)
+    _staff(page, 180)
+    for row in (50, 40, 30):  # three ledger lines, 16 px wide
+        page[row : row + 2, 300:316] = 0
+    page[26:36, 302:314] = 0  # the whole note on the third one (one piece with it)
+    page[30:62, 205:207] = 0  # a stem up to row 30
+    page[14:24, 160:200] = 0  # a title word 0.7 space over the stem
+    page[14:24, 100:152] = 0  # and the word before it, 8 px away: within a space of its columns
+    cfg = params.infer.page.model_copy(update={"own_ink_only": True})
+    [(first, image), _] = cut_page(page, cfg)
+    assert 24 <= first.top <= 26  # the note's top (2 px of paper over it), no title
+    assert (image[30 - first.top, 302 - first.left : 314 - first.left] == 0).all()
+
+
+def test_a_one_word_title_over_the_high_notes_is_told_by_its_size(params):
+    """own_ink_only: a title of one word, 2.5 spaces tall and solid, 0.7 space over a stem
+    (within reach of it, and no other word on its line to tell it by) is left out; a slur as
+    wide and as far over the notes (thin: little ink in its box) is kept."""
+    page = np.full((300, 500), 255, np.uint8)
+    _staff(page, 60)
+    _staff(page, 180)
+    page[40:62, 205:207] = 0  # a stem from the staff up to row 40
+    page[8:33, 180:260] = 0  # the word: rows 8-32, 7 px over the stem's top
+    cfg = params.infer.page.model_copy(update={"own_ink_only": True})
+    [(first, image), _] = cut_page(page, cfg)
+    assert 38 <= first.top <= 40
+    page[8:33, 180:260] = 255
+    page[8:10, 180:260] = page[8:33, 180:182] = page[8:33, 258:260] = 0  # a bracket-like slur
+    [(first, _), _] = cut_page(page, cfg)
+    assert first.top <= 8

@@ -27,6 +27,16 @@ JOIN_RIGHT = 0.5  # the letters of a word, a digit and its circle
 # a page number (LilyPond: 1 space padding, 4 above the staff) stays out over the clef.
 ATTACH = 1.25
 HEADER_WORD_GAP = 2.0  # spaces between the words of one header line (a composer's name)
+# With `strict` ownership, a piece the first staff takes above its lines leads on to the next
+# (a stack, link by link) only when it is this thin (staff spaces): a ledger line, so a whole
+# note on many ledger lines is taken; a word of the title taken over a high note is not, so
+# the next word is not taken through it, nor a scan's specks that lead up to the title
+LINE_LIKE = 0.5
+# A piece over the first staff at least this tall and wide (staff spaces) and this densely
+# inked is a word of a title (LilyPond's are 2.4-3.4 spaces tall, a third to a half ink): no
+# slur, ledger line, articulation or fingering is, and a title word can lie within ATTACH of
+# the first line's high notes
+TITLE_WORD = (2.0, 2.0, 0.25)
 # How far (spaces) a staff's pieces are kept above and below it: a note on eight ledger lines
 # reaches ~9 (its stem points to the staff), lyrics and dynamics ~4; a scan's page edge, fold
 # or curl shadow that runs through or from a staff down the page is cut here instead of
@@ -143,18 +153,32 @@ def _drop_header(free: list[Piece], staff_box: Piece, staff: Staff) -> list[Piec
     return [p for p in free if p not in header]
 
 
+def _line_like(piece: Piece, staff: Staff) -> bool:
+    """A piece no taller than LINE_LIKE staff spaces: a ledger line (a note on it is one piece
+    with it, taller)."""
+    return piece.bottom - piece.top <= LINE_LIKE * staff.space
+
+
 def _title_words(
-    pieces: list[Piece], taken_by: np.ndarray, staff: Staff, left: list[Piece]
+    pieces: list[Piece], taken_by: np.ndarray, staff: Staff, left: list[Piece], ink: np.ndarray
 ) -> list[int]:
-    """The pieces the first staff took above its lines that are words of a text line whose
-    other words went with none (`left`): a title LilyPond set close over the high notes, one
-    word within ATTACH of them, the rest not. A word of the line: rows overlapping, top or
+    """The pieces the first staff took above its lines that are words of a title: as tall,
+    wide and dense as TITLE_WORD (`ink`: each piece's ink pixels), or on a text line with one
+    of those or with words that went with none (`left`): a title LilyPond set close over the
+    high notes, a word within ATTACH of them. A word of the line: rows overlapping, top or
     bottom within half a space of the other's (letters of one size on one baseline), under
     HEADER_WORD_GAP spaces apart; grown word by word. Their indices into `pieces`."""
     gap, align = HEADER_WORD_GAP * staff.space, staff.space / 2
     candidates = [k for k, p in enumerate(pieces) if taken_by[k] == 0 and p.bottom < staff.top]
-    line = list(left)
-    words: list[int] = []
+    tall, wide, dense = TITLE_WORD
+    words = [
+        k
+        for k in candidates
+        if (h := pieces[k].bottom - pieces[k].top + 1) >= tall * staff.space
+        and (w := pieces[k].right - pieces[k].left) >= wide * staff.space
+        and ink[k] >= dense * h * w
+    ]
+    line = [*left, *(pieces[k] for k in words)]
     grown = True
     while grown:
         grown = False
@@ -210,8 +234,9 @@ def owners(
     goes with the staff whose ink is nearer (`strict`: with none, as the bleed-through and
     specks a scan leaves there); what is left above the first staff or below the last (a
     title, a footer, a page number) with none; `strict`, so do the first staff's pieces above
-    it that are words of a text line left with none (`_title_words`). Header text above the
-    first staff (`_header`) goes with none however near."""
+    it that are words of a text line left with none (`_title_words`), and over the first staff
+    only a ledger line leads on to the next piece (`LINE_LIKE`). Header text above the first
+    staff (`_header`) goes with none however near."""
     h, w = mask.shape
     held: list[list[Piece]] = [[] for _ in staves]
     edges = [-1, *[(a.bottom + b.top) // 2 for a, b in zip(staves, staves[1:], strict=False)], h]
@@ -265,6 +290,8 @@ def owners(
         taken_by[k], kept_top[k], kept_bottom[k] = i, top, bottom
         piece = kept[k] = Piece(top, bottom, piece.left, piece.right)
         held[i].append(piece)
+        if strict and i == 0 and piece.bottom < staves[0].top and not _line_like(piece, staves[0]):
+            return  # over the first staff, only a ledger line leads on to what lies above it
         cols = slice(piece.left, piece.right)
         sky_top[i, cols] = np.minimum(sky_top[i, cols], piece.top)
         sky_bottom[i, cols] = np.maximum(sky_bottom[i, cols], piece.bottom)
@@ -290,7 +317,8 @@ def owners(
             gaps = [_gap(piece, i, sky_top, sky_bottom, staves[i].space) for i in sides]
             take(piece, sides[int(np.argmin(gaps))])
     left_above = [*header, *(p for p in free if p.bottom < staves[0].top)]
-    title = _title_words(pieces, taken_by, staves[0], left_above) if strict else []
+    ink = np.bincount(piece_of, minlength=len(pieces))
+    title = _title_words(pieces, taken_by, staves[0], left_above, ink) if strict else []
     if title:
         taken_by[title] = -1
         held[0] = [p for p in held[0] if id(p) not in {id(kept[k]) for k in title}]
