@@ -8,7 +8,7 @@ assigns it to staves (no OpenCV, scikit-image or scipy in the environment).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
@@ -95,6 +95,7 @@ def _label_runs(rows: np.ndarray, starts: np.ndarray, ends: np.ndarray, width: i
 class Piece:
     """The box of a connected piece of ink (ink this close together counts as touching)."""
 
+    FIELDS: ClassVar[tuple[str, ...]] = ("top", "bottom", "left", "right")
     top: int
     bottom: int  # the last row, included
     left: int
@@ -169,32 +170,25 @@ def _title_words(
     bottom within half a space of the other's (letters of one size on one baseline), under
     HEADER_WORD_GAP spaces apart; grown word by word. Their indices into `pieces`."""
     gap, align = HEADER_WORD_GAP * staff.space, staff.space / 2
-    candidates = [k for k, p in enumerate(pieces) if taken_by[k] == 0 and p.bottom < staff.top]
+    ks = np.array(
+        [k for k, p in enumerate(pieces) if taken_by[k] == 0 and p.bottom < staff.top], dtype=int
+    )
+    if not len(ks):
+        return []
+    top, bottom, lft, rgt = (np.array([getattr(pieces[k], a) for k in ks]) for a in Piece.FIELDS)
     tall, wide, dense = TITLE_WORD
-    words = [
-        k
-        for k in candidates
-        if (h := pieces[k].bottom - pieces[k].top + 1) >= tall * staff.space
-        and (w := pieces[k].right - pieces[k].left) >= wide * staff.space
-        and ink[k] >= dense * h * w
-    ]
-    line = [*left, *(pieces[k] for k in words)]
-    grown = True
-    while grown:
-        grown = False
-        for k in candidates:
-            p = pieces[k]
-            if k not in words and any(
-                p.top <= q.bottom
-                and q.top <= p.bottom
-                and (abs(p.top - q.top) <= align or abs(p.bottom - q.bottom) <= align)
-                and max(q.left - p.right, p.left - q.right) <= gap
-                for q in line
-            ):
-                words.append(k)
-                line.append(p)
-                grown = True
-    return words
+    height, width = bottom - top + 1, rgt - lft
+    word = (height >= tall * staff.space) & (width >= wide * staff.space)
+    word &= ink[ks] >= dense * height * width
+    line = [*left, *(pieces[k] for k in ks[word])]  # grown word by word: each new word's
+    while line:  # neighbours on its line, over the candidates at once (no quadratic loop)
+        q = line.pop()
+        near = ~word & (top <= q.bottom) & (q.top <= bottom)
+        near &= (np.abs(top - q.top) <= align) | (np.abs(bottom - q.bottom) <= align)
+        near &= np.maximum(q.left - rgt, lft - q.right) <= gap
+        word |= near
+        line.extend(pieces[k] for k in ks[near])
+    return ks[word].tolist()
 
 
 def span(pieces: list[Piece]) -> Piece:
@@ -268,9 +262,10 @@ def owners(
             staff_of[mine] = i
             np.minimum.at(sky_top[i], xs[mine], ys[mine])
             np.maximum.at(sky_bottom[i], xs[mine], ys[mine])
-    kept_free = free
+    before = free
     free = _drop_header(free, span(held[0]), staves[0])
-    header = [p for p in kept_free if all(p is not q for q in free)]
+    still = {id(p) for p in free}
+    header = [p for p in before if id(p) not in still]
 
     def neighbours(piece: Piece) -> list[int]:
         below = [i for i, s in enumerate(staves) if s.bottom < piece.top]
@@ -321,7 +316,8 @@ def owners(
     title = _title_words(pieces, taken_by, staves[0], left_above, ink) if strict else []
     if title:
         taken_by[title] = -1
-        held[0] = [p for p in held[0] if id(p) not in {id(kept[k]) for k in title}]
+        gone = {id(kept[k]) for k in title}
+        held[0] = [p for p in held[0] if id(p) not in gone]
     by = taken_by[piece_of]
     mine = (by >= 0) & (ys >= kept_top[piece_of]) & (ys <= kept_bottom[piece_of])
     staff_of[mine] = by[mine]

@@ -10,9 +10,10 @@ text over the notes follow their staff link by link; what is left between two st
 the nearer. Above the first staff and below the last, pieces near nothing (a title, a page
 number, a footer) and header text aligned to the margins (a composer, a poet) go with none.
 A box is the ink of its staff's pieces. With `own_ink_only`, ownership is strict (what is left
-between two staves goes with none, and so do the words of a title line that the first staff
-took in over its high notes while the line's other words went with none), and the system's
-image is its box with every other ink pixel (a title, the next staff's low notes, a scan's
+between two staves goes with none; the words of a title that the first staff took in over its
+high notes go with none, told by their size or by their line's other words; over the first
+staff only a ledger line leads on to the next piece: ink.owners), and the system's image is
+its box with every other ink pixel (a title, the next staff's low notes, a scan's
 bleed-through) painted over in the paper's grey.
 
 Written here with numpy because no installed library does it: the environment has no OpenCV,
