@@ -120,7 +120,6 @@ def test_a_systems_image_keeps_only_its_own_staffs_ink(params, own_ink_only):
     # the staff's own ink is kept whole: its lines, and the stem that set the box's top
     assert (image[60 - box.top, 50 - box.left : 450 - box.left] == 0).all()
     assert (image[31 - box.top, 60 - box.left] == 0) and second.min() == 0
-    assert split_page(page, cfg) == [box for box, _ in cut_page(page, cfg)]
 
 
 def _staff(page: np.ndarray, top: int) -> None:

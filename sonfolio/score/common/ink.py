@@ -133,9 +133,12 @@ def _header(piece: Piece, staff: Piece, space: float) -> bool:
     return piece.left < staff.left - space or piece.right > staff.right - space / 2
 
 
-def _drop_header(free: list[Piece], staff_box: Piece, staff: Staff) -> list[Piece]:
+def _drop_header(
+    free: list[Piece], staff_box: Piece, staff: Staff
+) -> tuple[list[Piece], list[Piece]]:
     """`free` without the header text above the first staff (`_header`) and the words on the
-    same line as it (rows overlapping, under HEADER_WORD_GAP spaces apart): "J." of "J. Bach"."""
+    same line as it (rows overlapping, under HEADER_WORD_GAP spaces apart): "J." of "J. Bach";
+    and that header text."""
     above = [p for p in free if p.bottom < staff.top]
     header = [p for p in above if _header(p, staff_box, staff.space)]
     gap = HEADER_WORD_GAP * staff.space
@@ -151,7 +154,7 @@ def _drop_header(free: list[Piece], staff_box: Piece, staff: Staff) -> list[Piec
             ):
                 header.append(p)
                 grown = True
-    return [p for p in free if p not in header]
+    return [p for p in free if p not in header], header
 
 
 def _line_like(piece: Piece, staff: Staff) -> bool:
@@ -238,10 +241,8 @@ def owners(
     sky_top = np.full((len(staves), w), h)  # per staff and column: its ink's top row
     sky_bottom = np.full((len(staves), w), -1)  # and bottom row
     staff_of = np.full(len(ys), -1, dtype=np.int32)
-    # a piece taken whole (not crossing a staff): its staff and the rows it is kept within
+    # a piece taken whole (not crossing a staff): its staff, and (`kept`) as its staff holds it
     taken_by = np.full(len(pieces), -1, dtype=np.int32)
-    kept_top = np.zeros(len(pieces), dtype=np.int64)
-    kept_bottom = np.zeros(len(pieces), dtype=np.int64)
     index = {id(piece): k for k, piece in enumerate(pieces)}
     kept: dict[int, Piece] = {}  # a taken piece's index: the piece as its staff holds it
     free = []
@@ -262,10 +263,7 @@ def owners(
             staff_of[mine] = i
             np.minimum.at(sky_top[i], xs[mine], ys[mine])
             np.maximum.at(sky_bottom[i], xs[mine], ys[mine])
-    before = free
-    free = _drop_header(free, span(held[0]), staves[0])
-    still = {id(p) for p in free}
-    header = [p for p in before if id(p) not in still]
+    free, header = _drop_header(free, span(held[0]), staves[0])
 
     def neighbours(piece: Piece) -> list[int]:
         below = [i for i, s in enumerate(staves) if s.bottom < piece.top]
@@ -282,7 +280,7 @@ def owners(
         if top > bottom:
             return
         k = index[id(piece)]
-        taken_by[k], kept_top[k], kept_bottom[k] = i, top, bottom
+        taken_by[k] = i
         piece = kept[k] = Piece(top, bottom, piece.left, piece.right)
         held[i].append(piece)
         if strict and i == 0 and piece.bottom < staves[0].top and not _line_like(piece, staves[0]):
@@ -319,6 +317,12 @@ def owners(
         gone = {id(kept[k]) for k in title}
         held[0] = [p for p in held[0] if id(p) not in gone]
     by = taken_by[piece_of]
+    kept_top, kept_bottom = (
+        np.zeros(len(pieces), dtype=np.int64),
+        np.zeros(len(pieces), dtype=np.int64),
+    )
+    for k, piece in kept.items():  # the rows each taken piece is kept within
+        kept_top[k], kept_bottom[k] = piece.top, piece.bottom
     mine = (by >= 0) & (ys >= kept_top[piece_of]) & (ys <= kept_bottom[piece_of])
     staff_of[mine] = by[mine]
     return held, staff_of
