@@ -105,6 +105,14 @@ CODE_EDITS = {
     ),
     # the score eval's metrics: the score eval alone
     "sonfolio/score/eval/metrics.py": ({"eval@score"}, {"report"}),
+    # the page cutter: the score data (which cuts its train pages with it) and the eval (which
+    # reads pages with it), not the training, whose inputs are the data's manifest: an
+    # inference-only edit to the cutter that leaves the data's files as they were retrains
+    # nothing (dvc.yaml, `&tracks`)
+    "sonfolio/score/common/page.py": (
+        {"data@score", "eval@score"},
+        SCORE_CHAIN - {"data@score", "eval@score"} | {"report"},
+    ),
     # the score data's converter: the score chain, no speech stage
     "sonfolio/score/data/convert.py": ({"data@score"}, SCORE_CHAIN - {"data@score"} | {"report"}),
     # the speech model: speech's stages that list its model folder (bench reads the base

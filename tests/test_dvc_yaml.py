@@ -141,14 +141,24 @@ def project_imports(entry: str, tracks: tuple[str, ...] = ()) -> set[Path]:
     return {p for p in seen if carries_code(p) and p != PACKAGE_INIT}
 
 
+# Each track's `shared` item in dvc.yaml's foreach (`&tracks`): the path of its common code the
+# steps from the tokenizer on list, the one code dep that differs by track.
+SHARED = {
+    track: item["shared"]
+    for track, item in yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["data"][
+        "foreach"
+    ].items()
+}
+
+
 # The deps a stage lists for the score track only because the speech track imports their
-# counterpart: DVC's `foreach` lists one set of paths per step (a list cannot be interpolated per
-# track), and speech's tokenizer, training and bench read audio and normalise text with
-# sonfolio/speech/common (and its tokenizer builds Whisper's processor in speech/model).
-# score/common holds only what defines the score data (the canonical format, LilyPond engraving,
-# page cutting), whose edits rerun data@score anyway (docs/architecture.md, "Deps").
+# counterpart: DVC's `foreach` lists one set of paths per step, and a track's own item (dvc.yaml
+# `&tracks`: `shared`, what of its common code the steps from the tokenizer on read) is the one
+# path that differs. Speech's tokenizer reads audio with sonfolio/speech/common and builds
+# Whisper's processor in speech/model; score's lists its counterparts, the system images as the
+# model sees them (pixels.py) and score/model, whose edits rerun the training anyway.
 FOR_ANOTHER_TRACK = {
-    "tokenizer@score": {"sonfolio/score/common", "sonfolio/score/model"},
+    "tokenizer@score": {"sonfolio/score/common/pixels.py", "sonfolio/score/model"},
     "export@speech": {"sonfolio/speech/model"},  # score's export registers its conv encoder
 }
 
@@ -181,6 +191,8 @@ def test_stage_lists_every_module_it_imports(stage):
         for path in project_imports(match.group(1), (other,)):
             name = path.relative_to(ROOT).as_posix()
             used.add(name.replace(f"sonfolio/{other}/", f"sonfolio/{track}/", 1))
+            if covered(name, {SHARED[other]}):  # the track's own item's counterpart
+                used.add(SHARED[track])
     python = [d for d in code if d.endswith(".py") or (ROOT / d).is_dir()]
     dead = {d for d in python if not any(covered(u, {d}) for u in used)}
     # a track's own phase folder listed because another track's counterpart is imported
@@ -242,6 +254,22 @@ def test_only_the_data_stages_list_the_data_folders():
         for track in ("score", "speech"):
             folder = PARAMS["paths"]["tracks"][track]["data"]
             assert folder not in spec["deps"], f"{stage}: list {folder}/manifest.jsonl instead"
+
+
+def test_every_step_runs_for_every_track():
+    """dvc.yaml's foreach items (`&tracks`) name every track of params.yaml's paths.tracks and
+    write where it says: a track added there and not here would silently never run."""
+    tracks = set(PARAMS["paths"]["tracks"])
+    steps = {name.partition("@")[0] for name in dvc_stages() if "@" in name}
+    for step in steps:
+        assert {n.partition("@")[2] for n in dvc_stages() if n.startswith(f"{step}@")} == tracks
+    from dvc.repo import Repo
+
+    for st in Repo(str(ROOT)).index.stages:
+        step, _, track = st.addressing.partition("@")
+        if step in ("data", "train") and track:
+            (out,) = [o.def_path for o in st.outs if not o.metric and not o.plot]
+            assert out == PARAMS["paths"]["tracks"][track][step if step == "data" else "model"]
 
 
 def test_every_task_module_is_a_stage():
