@@ -200,3 +200,72 @@ def test_a_one_word_title_over_the_high_notes_is_told_by_its_size(params):
     page[8:10, 180:260] = page[8:33, 180:182] = page[8:33, 258:260] = 0  # a bracket-like slur
     [(first, _), _] = cut_page(page, cfg)
     assert first.top <= 8
+
+
+@pytest.mark.parametrize("own_ink_only", [True, False])
+def test_a_title_word_joined_to_a_stem_is_left_out_letter_by_letter(params, own_ink_only):
+    """A title word LilyPond set within JOIN_DOWN of a stem is one piece with the staff's ink.
+    With own_ink_only its letters (strokes as tall as a title's small letters, on the line of
+    the word left out beside it) are told apart from the stem, which runs down out of the
+    line: the first system's box starts at the stem's top, and the stem is kept whole."""
+    page = np.full((300, 500), 255, np.uint8)
+    _staff(page, 60)
+    _staff(page, 180)
+    page[32:62, 205:207] = 0  # a stem from the staff up to row 32
+    page[4:30, 100:140] = 0  # the title's first word (2.6 spaces tall), far from the notes
+    for left in (160, 174, 188, 202):  # the next word's small letters (1.4 spaces), 4 px
+        page[16:30, left : left + 10] = 0  # apart: the last 2 px over the stem (JOIN_DOWN 4.5)
+    page[11:14, 192:196] = 0  # an "i"'s dot over its letter
+    cfg = params.infer.page.model_copy(update={"own_ink_only": own_ink_only})
+    [(first, image), _] = cut_page(page, cfg)
+    if own_ink_only:
+        assert 30 <= first.top <= 32
+        assert (image[32 - first.top : 62 - first.top, 205 - first.left] == 0).all()
+    else:
+        assert first.top <= 11
+    # a whole note on its fourth ledger line at the title's height, 1.4 spaces past its last
+    # letter: a notehead (1.1 spaces with its line) is shorter than a letter, and is kept
+    for row in (50, 40, 30, 20):
+        page[row : row + 2, 226:242] = 0
+    page[16:27, 228:240] = 0
+    [(first, image), _] = cut_page(page, cfg)
+    note = image[21 - first.top, 228 - first.left : 240 - first.left]
+    assert first.top <= 16 and (note == 0).all()
+
+
+def test_a_scans_ghost_over_the_first_staff_is_no_title_line(params):
+    """own_ink_only: what is left out over the first staff tells a title line only when it is
+    word-sized: a thin ghost stem of bleed-through beside a note over the staff (on a ledger
+    line, its stem up, 3.6 spaces of ink apart from the lines) leaves the note whole."""
+    page = np.full((300, 500), 255, np.uint8)
+    _staff(page, 60)
+    _staff(page, 180)
+    page[50:52, 300:318] = 0  # a ledger line
+    page[46:56, 304:316] = 0  # the note on it
+    page[20:50, 314:316] = 0  # its stem, up
+    page[16:47, 336:338] = 0  # the ghost: 2 spaces from the stem, too far over the lines
+    cfg = params.infer.page.model_copy(update={"own_ink_only": True})
+    [(first, image), _] = cut_page(page, cfg)
+    assert first.top <= 20 and (image[20 - first.top : 50 - first.top, 314 - first.left] == 0).all()
+    assert (image[16 - first.top : 47 - first.top, 336 - first.left] == 255).all()  # painted
+
+
+def test_a_broken_slurs_piece_beside_a_title_word_is_kept(params):
+    """own_ink_only: a piece of a slur a scan broke, as dense and tall as a letter, over a
+    note beside the title word joined to a stem, stays with the staff: its foot is not on the
+    title line's baseline."""
+    page = np.full((300, 500), 255, np.uint8)
+    _staff(page, 60)
+    _staff(page, 180)
+    page[32:62, 205:207] = 0  # the stem the title word is joined to
+    page[4:30, 100:140] = 0  # the title's first word, left out
+    for left in (160, 174, 188, 202):  # the joined word's letters, foot on row 29
+        page[16:30, left : left + 10] = 0
+    page[32:62, 228:230] = 0  # a second note's stem, up to row 32
+    page[10:25, 226:232] = 0  # the slur's piece over it: foot on row 24, half a space up
+    cfg = params.infer.page.model_copy(update={"own_ink_only": True})
+    [(first, image), _] = cut_page(page, cfg)
+    assert 8 <= first.top <= 10
+    top, left = first.top, first.left
+    assert (image[10 - top : 25 - top, 226 - left : 232 - left] == 0).all()  # the slur's
+    assert (image[16 - top : 30 - top, 160 - left : 170 - left] == 255).all()  # a letter

@@ -37,6 +37,14 @@ LINE_LIKE = 0.5
 # slur, ledger line, articulation or fingering is, and a title word can lie within ATTACH of
 # the first line's high notes
 TITLE_WORD = (2.0, 2.0, 0.25)
+# A letter of a title line that one piece joins to a stem under it (within JOIN_DOWN): its own
+# stroke, unjoined, at least this tall (spaces; LilyPond's title x-height is ~1.3, a notehead
+# with the ledger line it sits on at most ~1.1), lying within the line's rows give or take
+# LINE_ROWS spaces (a capital over a word of small letters, a "p" or a "g" under it). A shorter
+# stroke there (an "i"'s dot, an apostrophe) is a letter's when within JOIN_RIGHT of a letter
+LETTER_TALL = 1.2
+LINE_ROWS = 1.0
+BASELINE = 0.35  # a letter's bottom this near its neighbour's (spaces): on one baseline
 # How far (spaces) a staff's pieces are kept above and below it: a note on eight ledger lines
 # reaches ~9 (its stem points to the staff), lyrics and dynamics ~4; a scan's page edge, fold
 # or curl shadow that runs through or from a staff down the page is cut here instead of
@@ -194,6 +202,63 @@ def _title_words(
     return ks[word].tolist()
 
 
+def _title_letters(
+    ys: np.ndarray, xs: np.ndarray, staff_of: np.ndarray, line: list[Piece], staff: Staff
+) -> np.ndarray:
+    """The first staff's ink pixels (indices into `ys`, `xs`) over its lines that are letters
+    of the title line `line` (the words left out, `_title_words` included) though one piece
+    with the notes: LilyPond may set a word within JOIN_DOWN of a stem, and that word and the
+    beam group under it are then one piece. Each stroke of ink (unjoined, 4-connected) at least
+    LETTER_TALL spaces tall and as densely inked as a TITLE_WORD (a slur over the notes is not),
+    within the line's rows (LINE_ROWS either side), its bottom on the baseline of a word or
+    letter within HEADER_WORD_GAP spaces (BASELINE: a scan's broken slur is not), is a letter;
+    grown letter by letter; then the short strokes there within JOIN_RIGHT of one (dots,
+    apostrophes). A stem, however near, runs down out of the line's rows; a notehead is
+    shorter than a letter."""
+    over = np.nonzero((staff_of == 0) & (ys < staff.top))[0]
+    if not line or not over.size:
+        return over[:0]
+    top = int(ys[over].min())
+    sub = np.zeros((staff.top - top, int(xs[over].max()) + 1), dtype=bool)
+    sub[ys[over] - top, xs[over]] = True
+    rows, starts, ends = runs(sub)
+    _, stroke_of_run = np.unique(_label_runs(rows, starts, ends, sub.shape[1]), return_inverse=True)
+    stride = sub.shape[1] + 1
+    at = np.searchsorted(rows * stride + starts, (ys[over] - top) * stride + xs[over], "right") - 1
+    stroke = stroke_of_run[at]  # each pixel's stroke
+    n = int(stroke.max()) + 1
+    s_top, s_bottom = np.full(n, ys.max() + 1), np.full(n, -1)
+    s_left, s_right = np.full(n, xs.max() + 1), np.full(n, -1)
+    np.minimum.at(s_top, stroke, ys[over])
+    np.maximum.at(s_bottom, stroke, ys[over])
+    np.minimum.at(s_left, stroke, xs[over])
+    np.maximum.at(s_right, stroke, xs[over] + 1)
+    height, width = s_bottom - s_top + 1, s_right - s_left
+    tall = height >= LETTER_TALL * staff.space  # and as dense as a word: no slur or bracket
+    tall &= np.bincount(stroke, minlength=n) >= TITLE_WORD[2] * height * width
+    rows_ok = s_top >= min(q.top for q in line) - LINE_ROWS * staff.space
+    rows_ok &= s_bottom <= max(q.bottom for q in line) + LINE_ROWS * staff.space
+    letter = np.zeros(n, dtype=bool)
+    todo, found = list(line), list(line)
+    while todo:  # grown letter by letter along the line, on its baseline
+        q = todo.pop()
+        near = tall & rows_ok & ~letter & (np.abs(s_bottom - q.bottom) <= BASELINE * staff.space)
+        near &= np.maximum(q.left - s_right, s_left - q.right) <= HEADER_WORD_GAP * staff.space
+        letter |= near
+        new = [
+            Piece(int(s_top[k]), int(s_bottom[k]), int(s_left[k]), int(s_right[k]))
+            for k in np.nonzero(near)[0]
+        ]
+        todo.extend(new)
+        found.extend(new)
+    if letter.any():  # the dots and apostrophes beside them
+        marks = ~tall & rows_ok & ~letter
+        for q in found:
+            near = np.maximum(q.left - s_right, s_left - q.right) <= JOIN_RIGHT * staff.space
+            letter |= marks & near
+    return over[letter[stroke]]
+
+
 def span(pieces: list[Piece]) -> Piece:
     """The box around pieces."""
     return Piece(
@@ -232,8 +297,9 @@ def owners(
     specks a scan leaves there); what is left above the first staff or below the last (a
     title, a footer, a page number) with none; `strict`, so do the first staff's pieces above
     it that are words of a text line left with none (`_title_words`), and over the first staff
-    only a ledger line leads on to the next piece (`LINE_LIKE`). Header text above the first
-    staff (`_header`) goes with none however near."""
+    only a ledger line leads on to the next piece (`LINE_LIKE`), and the letters of that text
+    line joined to the notes go with none (`_title_letters`; the first staff's box is then its
+    ink's). Header text above the first staff (`_header`) goes with none however near."""
     h, w = mask.shape
     held: list[list[Piece]] = [[] for _ in staves]
     edges = [-1, *[(a.bottom + b.top) // 2 for a, b in zip(staves, staves[1:], strict=False)], h]
@@ -325,4 +391,25 @@ def owners(
         kept_top[k], kept_bottom[k] = piece.top, piece.bottom
     mine = (by >= 0) & (ys >= kept_top[piece_of]) & (ys <= kept_bottom[piece_of])
     staff_of[mine] = by[mine]
+    if strict:  # the text line: the title words taken, and the words left out (not specks)
+        tall, wide, dense = TITLE_WORD
+        line = [pieces[k] for k in title] + [
+            p
+            for p in left_above
+            if (p.bottom - p.top + 1) >= tall * staves[0].space
+            and p.right - p.left >= wide * staves[0].space
+            and ink[index[id(p)]] >= dense * (p.bottom - p.top + 1) * (p.right - p.left)
+        ]
+        letters = _title_letters(ys, xs, staff_of, line, staves[0])
+        if letters.size:  # the first staff's box: the ink it keeps
+            staff_of[letters] = -1
+            kept_ys, kept_xs = ys[staff_of == 0], xs[staff_of == 0]
+            held[0] = [
+                Piece(
+                    int(kept_ys.min()),
+                    int(kept_ys.max()),
+                    int(kept_xs.min()),
+                    int(kept_xs.max()) + 1,
+                )
+            ]
     return held, staff_of
