@@ -133,6 +133,29 @@ def test_serve_host_on_the_command_line_reaches_the_app(files, monkeypatch):
     assert seen == {"host": "0.0.0.0"}
 
 
+def test_serve_reads_only_its_sections_of_params(files, monkeypatch, capsys):
+    """`sonfolio serve` validates `paths`, `infer`, `serve` and score_data.lilypond, as `read`
+    validates its own: a training section from another version does not stop it; a bad
+    serve setting does, named, before any model loads."""
+    import yaml
+
+    from sonfolio.cli import main
+
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self: None)
+    path = params_file(files["root"], **TINY_INFER)
+    raw = yaml.safe_load(path.read_text())
+    del raw["score_data"]["triplets"]  # sections as another version of the project has them
+    raw["speech_train"]["lr"] = "fast"
+    path.write_text(yaml.safe_dump(raw))
+    argv = ["serve", "--params", str(path), "--score-model", str(files["score"])]
+    assert main([*argv, "--threads", "1"]) == 0
+    raw["serve"]["max_upload_mb"] = -1
+    path.write_text(yaml.safe_dump(raw))
+    assert main([*argv, "--threads", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "serve.max_upload_mb" in err and "speech_train" not in err
+
+
 def test_read_a_good_image(server, files):
     r = upload(server, "/read", "system.png", files["system"], "image/png")
     assert r.status_code == 200, r.text

@@ -89,22 +89,17 @@ def _log_to_stderr() -> None:
     )
 
 
-def _params(path: Path, whole: bool = False) -> Any:
+def _params(path: Path, serve: bool = False) -> Any:
     """params.yaml as `read` and `transcribe` use it: `paths` and `infer` validated, the other
     sections left unread (as a stage reads only its own: an older or half-edited training
-    section does not stop an inference, and their schemas are not built at start-up); `whole`
-    (serve, which also engraves with score_data.lilypond): every section."""
+    section does not stop an inference, and their schemas are not built at start-up); `serve`:
+    and the `serve` section and score_data.lilypond (its page engraves the readings)."""
     from sonfolio.config.base import ParamsError
+    from sonfolio.config.commands import InferParams, ServeParams
+    from sonfolio.config.sections import read_sections
 
     try:
-        if whole:
-            from sonfolio.config.params import load_params
-
-            return load_params(path)
-        from sonfolio.config.commands import InferParams
-        from sonfolio.config.sections import read_sections
-
-        return read_sections(InferParams, path)
+        return read_sections(ServeParams if serve else InferParams, path)
     except ParamsError as err:
         raise CommandError(f"{err}\n(the commands read infer/serve settings from it)") from None
 
@@ -266,7 +261,7 @@ def run_serve(args: argparse.Namespace) -> int:
     from sonfolio.serve import create_app, return_freed_memory, server_config
 
     return_freed_memory()  # before any thread starts: see its docstring
-    params = _params(args.params, whole=True)
+    params = _params(args.params, serve=True)
     cfg = params.serve
     host, port = args.host or cfg.host, args.port or cfg.port
     cfg = cfg.model_copy(update={"host": host, "port": port})  # the app hides more off loopback
