@@ -24,6 +24,7 @@ before is tried. Everything is read and checked before any state is changed.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -130,6 +131,50 @@ def _write(acc: Accelerator, tmp: Path, scheduler: Any) -> None:
     (tmp / STATES_FILE).write_text(json.dumps(states))
 
 
+KEEP = 2  # complete checkpoints a run keeps (the newest): one survives a crash during a save
+
+
+class CheckpointDiskFull(RuntimeError):
+    """The disk of a run's checkpoint folder has no room for its checkpoints."""
+
+
+def _gb(n: float) -> str:
+    return f"{n / 1e9:.1f} GB"
+
+
+def room_needed(models: Sequence[torch.nn.Module], keep: int) -> int:
+    """Bytes a run's checkpoints take at most: `keep` complete ones and the one being written,
+    each the weights as they are stored and AdamW's two fp32 moments per trainable weight."""
+    params = [p for model in models for p in model.parameters()]
+    one = sum(p.numel() * p.element_size() for p in params)
+    one += sum(2 * 4 * p.numel() for p in params if p.requires_grad)
+    return (keep + 1) * one
+
+
+def check_room(folder: Path, models: Sequence[torch.nn.Module], keep: int) -> None:
+    """Before a run's first step: refuse one whose checkpoints would fill the disk of `folder`
+    on the way (a run that stops at its first full save has spent its time for nothing).
+
+    Raises:
+        CheckpointDiskFull: naming the room needed and free, and the fix.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    free, need = shutil.disk_usage(folder).free, room_needed(models, keep)
+    if free < need:
+        raise CheckpointDiskFull(
+            f"{folder}: {_gb(free)} free, and this run's checkpoints take up to {_gb(need)} "
+            f"({keep} kept and the one being written): free space there, or set "
+            "paths.checkpoints in params.yaml to a folder on a larger disk"
+        )
+
+
+def _no_space(err: BaseException) -> bool:
+    """A write that ran out of disk: OSError ENOSPC, or safetensors' own error, which carries
+    only the OS error's text."""
+    text = str(err)
+    return getattr(err, "errno", None) == errno.ENOSPC or "os error 28" in text
+
+
 def save(
     accelerator: Accelerator,
     folder: Path,
@@ -138,7 +183,12 @@ def save(
     keep: int,
     scheduler: Any,
 ) -> Path:
-    """Save a checkpoint atomically; keep the newest `keep`. Call on every process."""
+    """Save a checkpoint atomically; keep the newest `keep`. Call on every process.
+
+    Raises:
+        CheckpointDiskFull: the disk filled while writing; the partial checkpoint is removed
+            and the newest complete one is named (the stage rerun resumes from it).
+    """
     final = folder / f"{PREFIX}{step:08d}"
     tmp = folder / f".{final.name}.tmp"
     if accelerator.is_main_process:
@@ -146,12 +196,26 @@ def save(
             shutil.rmtree(tmp)  # left by a crash during an earlier save
         tmp.mkdir(parents=True)
     accelerator.wait_for_everyone()
-    _write(accelerator, tmp, scheduler)
-    accelerator.wait_for_everyone()
+    try:
+        _write(accelerator, tmp, scheduler)
+        accelerator.wait_for_everyone()  # every process's files are in before they are listed
+        if accelerator.is_main_process:
+            files = {p.name: file_sha256(p) for p in sorted(tmp.iterdir())}
+            record = {**state, "_checkpoint": {"layout": LAYOUT, "files": files}}
+            (tmp / STATE_FILE).write_text(json.dumps(record, indent=1))
+    except Exception as err:
+        if not _no_space(err):
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
+        done = complete(folder)
+        again = f"resumes from {done[-1].name}" if done else "starts afresh: none was complete"
+        raise CheckpointDiskFull(
+            f"no space left on the disk of {folder} while writing step {step}'s checkpoint "
+            f"({_gb(shutil.disk_usage(folder).free)} free with the partial one removed): free "
+            f"space there, or set paths.checkpoints to a larger disk, and run the stage again: "
+            f"it {again}"
+        ) from err
     if accelerator.is_main_process:
-        files = {p.name: file_sha256(p) for p in sorted(tmp.iterdir())}
-        record = {**state, "_checkpoint": {"layout": LAYOUT, "files": files}}
-        (tmp / STATE_FILE).write_text(json.dumps(record, indent=1))
         if final.exists():
             shutil.rmtree(final)
         tmp.rename(final)

@@ -26,6 +26,7 @@ from accelerate import Accelerator
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 from transformers import PreTrainedModel
 
+from sonfolio.train import checkpoint
 from sonfolio.train.observe import Curves, gpu_stats, peak_flops
 from sonfolio.train.run import Run, RunPaths, Track
 from sonfolio.train.validation import best_model, validate
@@ -60,11 +61,14 @@ def train(track: Track, loop: TrainLoop, opts: EngineOptions, paths: RunPaths) -
     """Train `track.model`, resuming from the newest checkpoint in `paths.checkpoints`.
 
     Raises:
-        DeviceCannotDo, TooManyBadSamples, TrainingDiverged, ValueError (a batch setting).
+        DeviceCannotDo, TooManyBadSamples, TrainingDiverged, ValueError (a batch setting),
+        CheckpointDiskFull (no room for the checkpoints, before the first step or at a save).
     """
     run = Run(track, loop, opts, paths)
     resumed = run.resume()
     acc, state = run.acc, run.state
+    if acc.is_main_process and loop.checkpoint_every < loop.max_steps:  # before any step
+        checkpoint.check_room(paths.checkpoints, acc._models, checkpoint.KEEP)
     curves = Curves(paths.live if acc.is_main_process else None, state.history)
     peak, why = peak_flops(run.backend)
     run.choose("mfu", "", why)

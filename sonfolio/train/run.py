@@ -389,7 +389,7 @@ class Run:
             self.paths.checkpoints,
             self.state.step,
             self._loop_state(),
-            keep=2,
+            keep=checkpoint.KEEP,
             scheduler=self.scheduler,
         )
 
