@@ -99,6 +99,24 @@ def _label_runs(rows: np.ndarray, starts: np.ndarray, ends: np.ndarray, width: i
     return labels
 
 
+def _components(area: np.ndarray, ys: np.ndarray, xs: np.ndarray) -> tuple[np.ndarray, tuple]:
+    """The 4-connected components of `area` (H, W) bool: the component of each pixel (`ys`,
+    `xs`, each True in `area`: the last run starting before it) and each component's top,
+    bottom (included), left and right (the column after) over those pixels."""
+    rows, starts, ends = runs(area)
+    _, of_run = np.unique(_label_runs(rows, starts, ends, area.shape[1]), return_inverse=True)
+    stride = area.shape[1] + 1
+    of = of_run[np.searchsorted(rows * stride + starts, ys * stride + xs, "right") - 1]
+    n = int(of.max(initial=-1)) + 1
+    top, bottom = np.full(n, area.shape[0]), np.full(n, -1)
+    left, right = np.full(n, area.shape[1]), np.full(n, -1)
+    np.minimum.at(top, of, ys)
+    np.maximum.at(bottom, of, ys)
+    np.minimum.at(left, of, xs)
+    np.maximum.at(right, of, xs + 1)
+    return of, (top, bottom, left, right)
+
+
 @dataclass(frozen=True)
 class Piece:
     """The box of a connected piece of ink (ink this close together counts as touching)."""
@@ -118,19 +136,8 @@ def ink_pieces(mask: np.ndarray, space: float) -> tuple[list[Piece], np.ndarray]
     them, in np.nonzero(mask) order)."""
     joined = _shift_or(mask, max(1, round(JOIN_RIGHT * space)), axis=1)
     joined = _shift_or(joined, max(1, round(JOIN_DOWN * space)), axis=0)
-    rows, starts, ends = runs(joined)
-    _, piece_of_run = np.unique(_label_runs(rows, starts, ends, mask.shape[1]), return_inverse=True)
-    # Each ink pixel lies in one joined run (joining only adds ink): the last starting before it.
-    ys, xs = np.nonzero(mask)
-    stride = mask.shape[1] + 1
-    piece = piece_of_run[np.searchsorted(rows * stride + starts, ys * stride + xs, "right") - 1]
-    n = int(piece.max(initial=-1)) + 1
-    top, bottom = np.full(n, mask.shape[0]), np.full(n, -1)
-    left, right = np.full(n, mask.shape[1]), np.full(n, -1)
-    np.minimum.at(top, piece, ys)
-    np.maximum.at(bottom, piece, ys)
-    np.minimum.at(left, piece, xs)
-    np.maximum.at(right, piece, xs + 1)
+    ys, xs = np.nonzero(mask)  # each ink pixel lies in one joined run (joining only adds ink)
+    piece, (top, bottom, left, right) = _components(joined, ys, xs)
     return [Piece(*map(int, t)) for t in zip(top, bottom, left, right, strict=True)], piece
 
 
@@ -221,18 +228,8 @@ def _title_letters(
     top = int(ys[over].min())
     sub = np.zeros((staff.top - top, int(xs[over].max()) + 1), dtype=bool)
     sub[ys[over] - top, xs[over]] = True
-    rows, starts, ends = runs(sub)
-    _, stroke_of_run = np.unique(_label_runs(rows, starts, ends, sub.shape[1]), return_inverse=True)
-    stride = sub.shape[1] + 1
-    at = np.searchsorted(rows * stride + starts, (ys[over] - top) * stride + xs[over], "right") - 1
-    stroke = stroke_of_run[at]  # each pixel's stroke
-    n = int(stroke.max()) + 1
-    s_top, s_bottom = np.full(n, ys.max() + 1), np.full(n, -1)
-    s_left, s_right = np.full(n, xs.max() + 1), np.full(n, -1)
-    np.minimum.at(s_top, stroke, ys[over])
-    np.maximum.at(s_bottom, stroke, ys[over])
-    np.minimum.at(s_left, stroke, xs[over])
-    np.maximum.at(s_right, stroke, xs[over] + 1)
+    stroke, (s_top, s_bottom, s_left, s_right) = _components(sub, ys[over] - top, xs[over])
+    s_top, s_bottom, n = s_top + top, s_bottom + top, len(s_top)
     height, width = s_bottom - s_top + 1, s_right - s_left
     tall = height >= LETTER_TALL * staff.space  # and as dense as a word: no slur or bracket
     tall &= np.bincount(stroke, minlength=n) >= TITLE_WORD[2] * height * width
