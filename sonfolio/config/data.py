@@ -123,6 +123,9 @@ class ScorePages(Strict):
     # share of the train split's pages (seeded per page) that show the back's print through
     # (score_data.scan.bleed's darkness) before they are cut
     bleed: Fraction01
+    # share of the train split's pages (seeded per page) made scan-like whole before they are
+    # cut: score_data.scan's kinds that keep a page's shape, as many as augment.scan_kinds draws
+    scan: Fraction01 = 0.0
     cut: PageSplit  # keep equal to infer.page: train on the crops `read --page` makes
 
 

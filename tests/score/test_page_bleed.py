@@ -1,6 +1,7 @@
 """Train pages showing their back's print through (score_data.pages.bleed): the ghost is the
 part's next page, mirrored and faint; the page cutter still finds each line where the clean
-page has it, so every line keeps its text."""
+page has it, so every line keeps its text. And train pages made scan-like whole
+(score_data.pages.scan): degraded by the drawn kinds, seeded, and cut where the clean page is."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from sonfolio.score.common.page import split_page
 from sonfolio.score.common.pages import Layout, engrave
 from sonfolio.score.data.convert import systems_from_score
 from sonfolio.score.data.dataset import WHOLE_PART, render_settings
-from sonfolio.score.data.page_data import _bled
+from sonfolio.score.data.page_data import _bled, _scanned
 from sonfolio.score.data.parse import pieces_from_file
 
 
@@ -71,3 +72,44 @@ def test_the_cutter_finds_each_line_of_a_bled_page_where_the_clean_page_has_it(t
             assert len(got) == len(want) >= 2
             for a, b in zip(got, want, strict=True):
                 assert abs(a.top - b.top) <= 6 and abs(a.bottom - b.bottom) <= 6, (seed, a, b)
+
+
+def test_a_page_made_scan_like_whole_is_degraded_by_drawn_kinds_and_seeded(two_pages) -> None:
+    cfg, render, grays = two_pages
+    every = cfg.pages.model_copy(update={"scan": 1.0})
+    pages, which = _scanned(grays, every, render, seed=3)
+    assert which == [True, True]
+    for clean, page in zip(grays, pages, strict=True):
+        assert (
+            np.asarray(page).shape != np.asarray(clean).shape
+            or (np.asarray(page) != np.asarray(clean)).any()
+        )
+    again, _ = _scanned(grays, every, render, seed=3)
+    assert all((np.asarray(a) == np.asarray(b)).all() for a, b in zip(pages, again, strict=True))
+    none = cfg.pages.model_copy(update={"scan": 0.0})
+    assert _scanned(grays, none, render, seed=3) == (grays, [False, False])
+
+
+def test_the_cutter_finds_each_line_of_a_page_made_scan_like_where_the_clean_page_has_it(
+    two_pages,
+) -> None:
+    """Thresholded, bled through, resampled to another dpi: each line's box holds the middle of
+    the clean page's box (scaled) and of no other, so no line of a scan-like train page takes
+    another line's text."""
+    cfg, render, grays = two_pages
+    every = cfg.pages.model_copy(update={"scan": 1.0})
+    resampled = set()
+    for seed in range(6):
+        pages, _ = _scanned(grays, every, render, seed)
+        for clean, page in zip(grays, pages, strict=True):
+            scale = page.height / clean.height
+            resampled.add(scale < 1)
+            middles = [
+                (b.top + b.bottom) / 2 * scale for b in split_page(np.asarray(clean), cfg.pages.cut)
+            ]
+            got = split_page(np.asarray(page), cfg.pages.cut)
+            assert len(got) == len(middles) >= 2, seed
+            for k, box in enumerate(got):
+                held = [j for j, m in enumerate(middles) if box.top <= m <= box.bottom]
+                assert held == [k], (seed, k, box, middles)
+    assert resampled == {True, False}  # some pages resampled by `dpi`, some not

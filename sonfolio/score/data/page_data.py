@@ -368,8 +368,11 @@ def _cut_pages(
             log.error("page line dropped (please report): %s\n%s", err, line.text)
             result.dropped["page_invalid_line"] += 1
             return PageResult(dropped=result.dropped)
+    scanned = [False] * len(grays)
+    heights = [gray.height for gray in grays]  # staff_rows' scale
     if job.augment:
         grays = _bled(grays, cfg.bleed, render, _seed(seed, f"{job.stem}-bleed"))
+        grays, scanned = _scanned(grays, cfg, render, _seed(seed, f"{job.stem}-scan"))
     first = 0
     for k, (gray, n) in enumerate(zip(grays, per_page, strict=True)):
         here = cut[first : first + n]
@@ -377,6 +380,9 @@ def _cut_pages(
         systems = cut_page(np.asarray(gray), cfg.cut)
         boxes = [box for box, _ in systems]
         rows = None if staff_rows is None else staff_rows[k]
+        if rows is not None and scanned[k]:  # the `dpi` kind may have resampled the page
+            scale = gray.height / heights[k]
+            rows = [(t * scale, u * scale) for t, u in rows]
         if len(boxes) != len(here) or (
             rows is not None
             and not all(b.top <= t and u <= b.bottom for b, (t, u) in zip(boxes, rows, strict=True))
@@ -385,7 +391,8 @@ def _cut_pages(
             continue
         for (_, pixels), line in zip(systems, here, strict=True):
             dest = job.dest / f"{job.stem}-{len(result.lines):03d}.png"
-            image_seed = _seed(seed, dest.name) if job.augment else None
+            # a line of a page made scan-like whole is degraded already: only fitted to size
+            image_seed = _seed(seed, dest.name) if job.augment and not scanned[k] else None
             crop = Image.fromarray(pixels)
             dest.parent.mkdir(parents=True, exist_ok=True)
             finish(crop, render, image_seed).save(dest, compress_level=1)
@@ -416,6 +423,36 @@ def _bled(
         page = bleed_through(np.asarray(gray), render.scan.bleed, rng, np.asarray(back))
         out.append(Image.fromarray(page))
     return out
+
+
+def _scanned(
+    grays: list[Image.Image], cfg: ScorePages, render: RenderSettings, seed: int
+) -> tuple[list[Image.Image], list[bool]]:
+    """`grays` (pages at cfg.dpi), a seeded share of them (cfg.scan) made scan-like whole
+    (score_data.scan's settings), and which ones.
+    Each such page draws as many of the kinds that keep a page's shape as a scan-like system
+    image does (augment.scan_kinds of SYSTEM_SCAN_KINDS): a page's threshold and bleed-through
+    then put black ghost ink between and across its staves, as a held-out scan's do, where a
+    system image made scan-like alone shows only its own mirror on its own lines."""
+    from sonfolio.config.data import SYSTEM_SCAN_KINDS
+    from sonfolio.score.common.scan import scan_like
+
+    if cfg.scan <= 0 or render.scan is None:
+        return grays, [False] * len(grays)
+    rng = np.random.default_rng(seed)
+    out, scanned = [], []
+    least, most = render.augment.scan_kinds
+    for gray in grays:
+        if rng.random() >= cfg.scan:
+            out.append(gray)
+            scanned.append(False)
+            continue
+        count = int(rng.integers(least, most + 1))
+        kinds = tuple(str(k) for k in rng.choice(SYSTEM_SCAN_KINDS, count, False))
+        page = scan_like(np.asarray(gray), cfg.dpi, render.scan, int(rng.integers(2**31)), kinds)
+        out.append(Image.fromarray(page))
+        scanned.append(True)
+    return out, scanned
 
 
 def _seed(seed: int, name: str) -> int:
