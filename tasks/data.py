@@ -7,7 +7,9 @@ Reads:  params.yaml (<track>_data, paths); what the track builds from (score: mu
         or the corpus speech_data.hub.name)
 Writes: ${paths.tracks.<track>.data}/ (the files, manifest.jsonl: a row per file, with its
         sha256), ${paths.metrics}/<track>_data.json (counts per split, skipped inputs by
-        reason, seconds, <items>_per_s)
+        reason: the same for the same data, so eval@<track>, which reads it, is not rerun by
+        a data rerun that changed nothing), ${paths.metrics}/<track>_data_time.json (seconds,
+        <items>_per_s: this run's)
 
 What a track builds and the rows it writes are its data face's (`build_data`); skipped inputs
 are counted and capped there. Nothing is left in place of the output on failure.
@@ -52,13 +54,21 @@ def run(
         manifest = [{**r, "sha256": file_sha256(tmp / r[track.data_file])} for r in rows]
         write_jsonl(tmp / "manifest.jsonl", manifest)
     elapsed = time.perf_counter() - start
-    stats.update(seconds=round(elapsed, 2))
-    stats[f"{track.data_items}_per_s"] = round(len(rows) / elapsed, 2)
     write_json(metrics, stats)
+    timing = {
+        "seconds": round(elapsed, 2),
+        f"{track.data_items}_per_s": round(len(rows) / elapsed, 2),
+    }
+    write_json(timing_path(metrics), timing)
     log.info(
         "%s data: %d %s in %.1f s, in %s", track.name, len(rows), track.data_items, elapsed, out
     )
-    return stats
+    return stats | timing
+
+
+def timing_path(metrics: Path) -> Path:
+    """Where a data stage whose stats go to `metrics` writes its run's time."""
+    return metrics.with_name(f"{metrics.stem}_time.json")
 
 
 def main() -> None:

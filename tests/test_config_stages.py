@@ -131,3 +131,23 @@ CODE_EDITS = {
 @pytest.mark.parametrize("module", sorted(CODE_EDITS))
 def test_editing_a_step_module_reruns_only_the_stages_that_import_it(recorded, module):
     check_edit(recorded, module, *CODE_EDITS[module])
+
+
+def test_a_data_rerun_that_changed_only_its_time_marks_nothing_after_it(recorded):
+    """A forced data@score rerun writes the same data and stats and a new time: recorded as
+    such (`dvc commit`), nothing after it is marked (eval reads the stats, no stage the time)."""
+    assert status(recorded) == set()
+    time_file = recorded / "metrics" / "score_data_time.json"
+    try:
+        time_file.write_text('{"seconds": 406.1, "systems_per_s": 25.3}\n')
+        dvc(recorded, "commit", "--force", "data@score")
+        assert status(recorded) == set()
+        # the stats are read on: a changed count marks the eval that reads them
+        stats = recorded / "metrics" / "score_data.json"
+        stats.write_text('{"systems": {"train": 1}}\n')
+        dvc(recorded, "commit", "--force", "data@score")
+        assert status(recorded) == {"eval@score"}
+    finally:
+        for path in (time_file, recorded / "metrics" / "score_data.json"):
+            path.write_text("placeholder\n")
+        dvc(recorded, "commit", "--force")
