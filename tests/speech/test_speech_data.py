@@ -141,7 +141,8 @@ def test_a_failed_rebuild_keeps_the_previous_output(
         cfg = tiny_speech(synthetic={"utterances": 20}, max_duration_s=1.0)
         run(cfg, SPEECH, tmp_path / "downloads", out, tmp_path / "m.json")
     assert (out / "manifest.jsonl").read_bytes() == before
-    assert leftovers(tmp_path) == ["m.json", "speech"]
+    # the first build's stats and time (a failed build writes neither)
+    assert leftovers(tmp_path) == ["m.json", "m_time.json", "speech"]
 
 
 def test_unknown_voice_variant_fails_before_any_work(
