@@ -7,7 +7,7 @@ measure can be taken per kind as well as with all of them (score_data.scan in pa
 - `jpeg`: JPEG artefacts (quality drawn in a range);
 - `threshold`: a scanning app's black-and-white mode (a local, adaptive threshold);
 - `skew`: the page placed crooked, up to a few degrees;
-- `perspective`: a phone held not quite above the page;
+- `perspective`: a phone held not quite above the page (the whole sheet in the picture);
 - `curl`: a page that does not lie flat (a book's gutter);
 - `light`: uneven lighting (a lamp to one side, a shadow);
 - `bleed`: the other side's print showing through, mirrored and faint;
@@ -71,8 +71,11 @@ def scan_like(
         "skew": lambda: A.Rotate(
             limit=cfg.skew_deg, border_mode=cv2.BORDER_CONSTANT, fill=PAPER, p=1.0
         ),
+        # fit_output: the whole sheet stays in the picture, as a phone user frames it; by
+        # default albumentations zooms into the warped page, which cut the clef and the
+        # first notes off pages with narrow margins (Verovio's are 6 mm)
         "perspective": lambda: A.Perspective(
-            scale=(cfg.perspective / 2, cfg.perspective), fill=PAPER, p=1.0
+            scale=(cfg.perspective / 2, cfg.perspective), fit_output=True, fill=PAPER, p=1.0
         ),
         "curl": lambda: A.OpticalDistortion(
             distort_limit=(-cfg.curl, cfg.curl), border_mode=cv2.BORDER_CONSTANT, fill=PAPER, p=1.0
