@@ -95,6 +95,9 @@ SETTINGS: dict[str, dict[str, Any]] = {
     # a train line then holds thresholded ghost ink between its staves as a held-out scan's
     # does (today ~5 % of the page lines: pages.bleed 0.3, then thresholded as a system)
     "page_scan_0.5": {"score_data.pages.scan": 0.5},
+    # every train page made scan-like whole (the default since 2026-11-30: half): the clean
+    # page lines then come only from the system-level draws (augment.scan leaves 0.6 clean)
+    "page_scan_1.0": {"score_data.pages.scan": 1.0},
     # twice the Essen folk tunes and the Bach chorales (synthetic systems stay a quarter of all):
     # the default's train loss ends near 0.5 where its val loss stops at ~1.87, 13 epochs of
     # the same 7,352 images; the held-out Irish tunes are drawn as before. The test split's
