@@ -269,3 +269,42 @@ def test_a_broken_slurs_piece_beside_a_title_word_is_kept(params):
     top, left = first.top, first.left
     assert (image[10 - top : 25 - top, 226 - left : 232 - left] == 0).all()  # the slur's
     assert (image[16 - top : 30 - top, 160 - left : 170 - left] == 255).all()  # a letter
+
+
+def test_each_system_of_a_page_is_straightened_on_its_own(systems, params):
+    """A photo's perspective tilts one page's lines by different angles: no turn of the whole
+    page levels them all, so each system cut is straightened again (infer.system_skew_deg);
+    0 leaves them as cut (the control)."""
+    from sonfolio.score.common.page import ink_mask, skew_deg
+    from sonfolio.score.decode.read import system_images
+
+    tilts = (2.0, 0.0, -2.0)
+    turned = [
+        img.rotate(t, Image.Resampling.BICUBIC, expand=True, fillcolor=255) if t else img
+        for img, t in zip(systems, tilts, strict=True)
+    ]
+    page, _ = stack(turned)
+
+    def tilts_left(cfg):
+        _, crops, angle = system_images(page, True, cfg)
+        assert angle == 0.0 and len(crops) == 3  # the page as a whole is level
+        return [skew_deg(ink_mask(np.asarray(c)), 5.0) for c in crops], crops
+
+    left, crops = tilts_left(params.infer)
+    assert left == [pytest.approx(0.0, abs=0.15)] * 3
+    assert crops[0].height < turned[0].height  # cut back to its ink, level
+    for update in ({"system_skew_deg": 0.0}, {"system_skew_min_deg": 2.5}):
+        off, _ = tilts_left(params.infer.model_copy(update=update))
+        assert off[0] == pytest.approx(-2.0, abs=0.15) and off[2] == pytest.approx(2.0, abs=0.15)
+        assert off[1] == left[1] == 0.0
+
+
+def test_a_system_skew_floor_above_its_range_is_refused_by_name(params):
+    from pydantic import ValidationError
+
+    from sonfolio.config.infer import Infer
+
+    raw = params.infer.model_dump()
+    with pytest.raises(ValidationError, match="system_skew_min_deg 4.0 is above system_skew_deg"):
+        Infer.model_validate({**raw, "system_skew_min_deg": 4.0})
+    Infer.model_validate({**raw, "system_skew_min_deg": 4.0, "system_skew_deg": 0.0})  # off

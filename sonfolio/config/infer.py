@@ -73,7 +73,22 @@ class Infer(Strict):
     # read/serve: decode staff systems under the canonical grammar (sonfolio.score.decode)
     constrained: bool
     page: PageSplit
+    # each system cut from a page is straightened again on its own, within this many degrees:
+    # a photo's perspective tilts the lines of one page by different angles (0: never), when
+    # its own tilt is at least system_skew_min_deg
+    system_skew_deg: Annotated[float, Field(ge=0.0, le=10.0)]
+    system_skew_min_deg: Annotated[float, Field(ge=0.0, le=10.0)]
     image: ImageLimits
     audio: AudioChunks
     audio_limits: AudioLimits
     no_speech: NoSpeech
+
+    @model_validator(mode="after")
+    def _system_skew_range(self) -> Infer:
+        if self.system_skew_deg and self.system_skew_min_deg > self.system_skew_deg:
+            raise ValueError(
+                f"system_skew_min_deg {self.system_skew_min_deg} is above system_skew_deg "
+                f"{self.system_skew_deg}: no system would ever be straightened; lower the first, "
+                "or set system_skew_deg to 0 to turn it off"
+            )
+        return self

@@ -16,7 +16,7 @@ from PIL import Image
 
 from sonfolio.parallel import slices
 from sonfolio.score.common.canonical import CanonicalError, validate
-from sonfolio.score.common.page import Box, cut_page, deskew, find_staves
+from sonfolio.score.common.page import PAD, Box, cut_page, deskew, find_staves, ink_mask
 from sonfolio.score.common.pixels import load_image, pixel_array
 from sonfolio.score.decode.vocab import Carry, next_time
 
@@ -77,7 +77,29 @@ def system_images(
     if angle:
         log.info("page straightened by %.1f degrees", angle)
     systems = cut_page(gray, cfg.page)
-    return [box for box, _ in systems], [Image.fromarray(crop) for _, crop in systems], angle
+    crops = [level_system(Image.fromarray(crop), cfg) for _, crop in systems]
+    return [box for box, _ in systems], crops, angle
+
+
+def level_system(crop: Image.Image, cfg: Infer) -> Image.Image:
+    """A system's image straightened on its own (within infer.system_skew_deg, when tilted by
+    at least infer.system_skew_min_deg) and cut back to its ink: a photographed page's
+    perspective tilts its lines by different angles, so one turn of the page leaves some of
+    them crooked, which the model never saw in training."""
+    level, angle = deskew(crop, cfg.system_skew_deg, cfg.image)
+    if abs(angle) < max(cfg.system_skew_min_deg, 1e-9):
+        return crop
+    ys, xs = np.nonzero(ink_mask(np.asarray(level)))
+    if ys.size == 0:
+        return crop
+    return level.crop(
+        (
+            max(0, int(xs.min()) - PAD),
+            max(0, int(ys.min()) - PAD),
+            min(level.width, int(xs.max()) + 1 + PAD),
+            min(level.height, int(ys.max()) + 1 + PAD),
+        )
+    )
 
 
 def pixel_values(images: Sequence[Image.Image], processor: Any) -> np.ndarray:
