@@ -87,7 +87,7 @@ def level_system(crop: Image.Image, cfg: Infer) -> Image.Image:
     perspective tilts its lines by different angles, so one turn of the page leaves some of
     them crooked, which the model never saw in training."""
     level, angle = deskew(crop, cfg.system_skew_deg, cfg.image)
-    if abs(angle) < max(cfg.system_skew_min_deg, 1e-9):
+    if not angle or abs(angle) < cfg.system_skew_min_deg:
         return crop
     ys, xs = np.nonzero(ink_mask(np.asarray(level)))
     if ys.size == 0:
