@@ -23,6 +23,9 @@ class PageSplit(Strict):
     # the page is also searched in this many vertical strips, for staff lines a photo or a
     # page curl has bent (each strip holds a nearly straight piece); 1: the whole width only
     strips: Annotated[int, Field(ge=1, le=64)]
+    # gaps in a staff line up to this many staff spaces wide are bridged when the lines are
+    # looked for again (a worn, thresholded or low-dpi print breaks them into dashes); 0: off
+    line_gap_spaces: Annotated[float, Field(ge=0.0, le=2.0)]
     max_skew_deg: Annotated[float, Field(ge=0.0, le=10.0)]  # tilt straightened before cutting
     # each system's image keeps only its own staff's ink: ink another staff owns or none does
     # (a title, a neighbour's low notes, a scan's bleed-through between the staves) is painted

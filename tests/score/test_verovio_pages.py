@@ -24,6 +24,7 @@ CUT = PageSplit(
     min_staff_lines=4,
     short_staff_spaces=12,
     strips=8,
+    line_gap_spaces=0.5,
     max_skew_deg=2,
     own_ink_only=True,
 )

@@ -63,7 +63,7 @@ def runs(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return rows, starts, ends
 
 
-def _shift_or(mask: np.ndarray, by: int, axis: int) -> np.ndarray:
+def shift_or(mask: np.ndarray, by: int, axis: int) -> np.ndarray:
     """`mask` with each True also set on the `by` pixels after it along `axis` (down or right):
     ink closer than `by` pixels that way is joined."""
     out = mask.copy()
@@ -134,8 +134,8 @@ def ink_pieces(mask: np.ndarray, space: float) -> tuple[list[Piece], np.ndarray]
     of a word each make one piece with what they belong to. Each piece's box is that of its
     ink, not of the gaps joined. Returns the pieces and each ink pixel's piece (an index into
     them, in np.nonzero(mask) order)."""
-    joined = _shift_or(mask, max(1, round(JOIN_RIGHT * space)), axis=1)
-    joined = _shift_or(joined, max(1, round(JOIN_DOWN * space)), axis=0)
+    joined = shift_or(mask, max(1, round(JOIN_RIGHT * space)), axis=1)
+    joined = shift_or(joined, max(1, round(JOIN_DOWN * space)), axis=0)
     ys, xs = np.nonzero(mask)  # each ink pixel lies in one joined run (joining only adds ink)
     piece, (top, bottom, left, right) = _components(joined, ys, xs)
     return [Piece(*map(int, t)) for t in zip(top, bottom, left, right, strict=True)], piece

@@ -35,7 +35,7 @@ import numpy as np
 from PIL import Image
 
 from sonfolio.limits import check_image_size
-from sonfolio.score.common.ink import Piece, ink_pieces, owners, runs, span
+from sonfolio.score.common.ink import Piece, ink_pieces, owners, runs, shift_or, span
 
 if TYPE_CHECKING:
     from sonfolio.config.infer import ImageLimits
@@ -56,6 +56,10 @@ MIN_INK_SHARE = 1e-4  # of the pixels: less dark is dust (one system at 100 dpi 
 # px around ink painted over (own_ink_only) that are painted too: its anti-aliased edge, lighter
 # than ink_mask's cut, would otherwise stay as a faint outline
 HALO = 1
+# A staff line found with its gaps bridged (page_staves) is thinner than this (staff spaces):
+# a printed line is 0.1-0.2 of a space, a thresholded 100-dpi one 2-3 px of a 7 px space; a
+# title's bold letters, bridged, make a bar 2-3 spaces tall
+BRIDGED_LINE_SPACES = 0.6
 
 
 @dataclass(frozen=True)
@@ -159,7 +163,7 @@ def find_staff_spans(lines: list[tuple[int, int]], min_lines: int) -> list[Staff
 
 
 def page_staves(mask: np.ndarray, cfg: PageSplit) -> list[Staff]:
-    """The staves of a page's ink, top to bottom, short and bent ones included.
+    """The staves of a page's ink, top to bottom, short, bent and broken ones included.
 
     First the staves whose lines run at least `cfg.staff_line_fraction` of the page's longest
     ink run (the full-width ones). Then, in each of `cfg.strips` vertical strips, the same
@@ -170,26 +174,70 @@ def page_staves(mask: np.ndarray, cfg: PageSplit) -> list[Staff]:
     the page's width; an indented or coda staff is short too). Staves found more than once
     (overlapping rows) are one staff, spanning all their rows; only staves of the spacing most
     found are kept (within LINE_SPACING_TOLERANCE).
+
+    Then all of it once more with the gaps in each row up to `cfg.line_gap_spaces` staff
+    spaces bridged, for a staff whose lines a thresholded low-dpi scan or a worn print broke
+    into dashes, none of them long: a staff found so is added where none was found, of lines
+    at most BRIDGED_LINE_SPACES thick (bridged, a title's letters make a bar as tall as they
+    are). A staff found before is left as it was.
     """
-    found = find_staff_spans(staff_lines(mask, cfg.staff_line_fraction), cfg.min_staff_lines)
-    width = mask.shape[1]
-    for k in range(cfg.strips if cfg.strips > 1 else 0):
-        strip = mask[:, k * width // cfg.strips : (k + 1) * width // cfg.strips]
-        found += find_staff_spans(staff_lines(strip, cfg.staff_line_fraction), cfg.min_staff_lines)
+    found = _long_line_staves(mask, cfg)
     if not found:
         return []
     space = float(np.median([s.space for s in found]))
-    short = staff_lines(mask, 0.0, at_least=cfg.short_staff_spaces * space)
-    found += find_staff_spans(short, cfg.min_staff_lines)
+    staves = _merged(found + _short_staves(mask, cfg, space), space)
+    if cfg.line_gap_spaces > 0:
+        bridged = shift_or(mask, max(1, round(cfg.line_gap_spaces * space)), axis=1)
+        thin = round(BRIDGED_LINE_SPACES * space)
+        more = _long_line_staves(bridged, cfg, thin) + _short_staves(bridged, cfg, space, thin)
+        new = [
+            s
+            for s in _merged(more, space)
+            if not any(s.top <= t.bottom and t.top <= s.bottom for t in staves)
+        ]
+        staves = sorted(staves + new, key=lambda s: s.top)
+    return staves
+
+
+def _merged(found: list[Staff], space: float) -> list[Staff]:
+    """Staves of about `space` (within LINE_SPACING_TOLERANCE), top to bottom, those whose
+    rows overlap made one."""
     alike = [s for s in found if abs(s.space - space) <= LINE_SPACING_TOLERANCE * space]
     staves: list[Staff] = []
-    for s in sorted(alike, key=lambda s: s.top):  # merge those whose rows overlap
+    for s in sorted(alike, key=lambda s: s.top):
         if staves and s.top <= staves[-1].bottom:
             last = staves[-1]
             staves[-1] = Staff(last.top, max(last.bottom, s.bottom), last.space)
         else:
             staves.append(s)
     return staves
+
+
+def _thin(lines: list[tuple[int, int]], rows: int | None) -> list[tuple[int, int]]:
+    """The lines at most `rows` rows thick (all with None)."""
+    return lines if rows is None else [ln for ln in lines if ln[1] - ln[0] < rows]
+
+
+def _long_line_staves(mask: np.ndarray, cfg: PageSplit, thin: int | None = None) -> list[Staff]:
+    """Staves of lines at least `cfg.staff_line_fraction` of the longest run (and under
+    `thin` rows thick), over the whole width and in each of `cfg.strips` strips."""
+    lines = _thin(staff_lines(mask, cfg.staff_line_fraction), thin)
+    found = find_staff_spans(lines, cfg.min_staff_lines)
+    width = mask.shape[1]
+    for k in range(cfg.strips if cfg.strips > 1 else 0):
+        strip = mask[:, k * width // cfg.strips : (k + 1) * width // cfg.strips]
+        lines = _thin(staff_lines(strip, cfg.staff_line_fraction), thin)
+        found += find_staff_spans(lines, cfg.min_staff_lines)
+    return found
+
+
+def _short_staves(
+    mask: np.ndarray, cfg: PageSplit, space: float, thin: int | None = None
+) -> list[Staff]:
+    """Staves of lines at least `cfg.short_staff_spaces` staff spaces long (and under `thin`
+    rows thick)."""
+    short = _thin(staff_lines(mask, 0.0, at_least=cfg.short_staff_spaces * space), thin)
+    return find_staff_spans(short, cfg.min_staff_lines)
 
 
 def group_staves(lines: list[tuple[int, int]], min_lines: int) -> list[tuple[int, int]]:
