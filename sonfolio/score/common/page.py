@@ -60,6 +60,10 @@ HALO = 1
 # a printed line is 0.1-0.2 of a space, a thresholded 100-dpi one 2-3 px of a 7 px space; a
 # title's bold letters, bridged, make a bar 2-3 spaces tall
 BRIDGED_LINE_SPACES = 0.6
+# ... and its lines are spaced as the staves found before within this share (not the 0.3 of
+# LINE_SPACING_TOLERANCE): bridged, the serifs and bars of a title in capitals make thin rows
+# about as far apart as staff lines (7.8 px against a 10.4 px staff on a train page)
+BRIDGED_SPACE_TOLERANCE = 0.1
 
 
 @dataclass(frozen=True)
@@ -179,7 +183,8 @@ def page_staves(mask: np.ndarray, cfg: PageSplit) -> list[Staff]:
     spaces bridged, for a staff whose lines a thresholded low-dpi scan or a worn print broke
     into dashes, none of them long: a staff found so is added where none was found, of lines
     at most BRIDGED_LINE_SPACES thick (bridged, a title's letters make a bar as tall as they
-    are). A staff found before is left as it was.
+    are), spaced as the others within BRIDGED_SPACE_TOLERANCE. A staff found before is left
+    as it was.
     """
     found = _long_line_staves(mask, cfg)
     if not found:
@@ -190,6 +195,7 @@ def page_staves(mask: np.ndarray, cfg: PageSplit) -> list[Staff]:
         bridged = shift_or(mask, max(1, round(cfg.line_gap_spaces * space)), axis=1)
         thin = round(BRIDGED_LINE_SPACES * space)
         more = _long_line_staves(bridged, cfg, thin) + _short_staves(bridged, cfg, space, thin)
+        more = [s for s in more if abs(s.space - space) <= BRIDGED_SPACE_TOLERANCE * space]
         new = [
             s
             for s in _merged(more, space)
