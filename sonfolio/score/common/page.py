@@ -56,7 +56,7 @@ MIN_INK_SHARE = 1e-4  # of the pixels: less dark is dust (one system at 100 dpi 
 # px around ink painted over (own_ink_only) that are painted too: its anti-aliased edge, lighter
 # than ink_mask's cut, would otherwise stay as a faint outline
 HALO = 1
-# A staff line found with its gaps bridged (page_staves) is thinner than this (staff spaces):
+# A staff line found with its gaps bridged (page_staves) is at most this thick (staff spaces):
 # a printed line is 0.1-0.2 of a space, a thresholded 100-dpi one 2-3 px of a 7 px space; a
 # title's bold letters, bridged, make a bar 2-3 spaces tall
 BRIDGED_LINE_SPACES = 0.6
@@ -225,7 +225,7 @@ def _thin(lines: list[tuple[int, int]], rows: int | None) -> list[tuple[int, int
 
 
 def _long_line_staves(mask: np.ndarray, cfg: PageSplit, thin: int | None = None) -> list[Staff]:
-    """Staves of lines at least `cfg.staff_line_fraction` of the longest run (and under
+    """Staves of lines at least `cfg.staff_line_fraction` of the longest run (and at most
     `thin` rows thick), over the whole width and in each of `cfg.strips` strips."""
     lines = _thin(staff_lines(mask, cfg.staff_line_fraction), thin)
     found = find_staff_spans(lines, cfg.min_staff_lines)
@@ -240,8 +240,8 @@ def _long_line_staves(mask: np.ndarray, cfg: PageSplit, thin: int | None = None)
 def _short_staves(
     mask: np.ndarray, cfg: PageSplit, space: float, thin: int | None = None
 ) -> list[Staff]:
-    """Staves of lines at least `cfg.short_staff_spaces` staff spaces long (and under `thin`
-    rows thick)."""
+    """Staves of lines at least `cfg.short_staff_spaces` staff spaces long (and at most
+    `thin` rows thick)."""
     short = _thin(staff_lines(mask, 0.0, at_least=cfg.short_staff_spaces * space), thin)
     return find_staff_spans(short, cfg.min_staff_lines)
 
