@@ -306,7 +306,7 @@ def crowd_cases() -> list[Case]:
 
 def cases(params_path: Path, parallel_n: int) -> list[Case]:
     params = load_params(params_path)
-    image, serve = params.infer.image, params.serve
+    image, serve = params.infer.score.image, params.serve
     max_s = getattr(getattr(params.infer, "audio_limits", None), "max_audio_s", 600.0)
     side = int(image.max_pixels**0.5) + 100
     big = png(Image.new("1", (side, side), 1))

@@ -13,7 +13,7 @@ prints a table. The targets: under 1 GB for every upload the limits admit, throu
 small request sent beside a hostile one answered in under 10 s; /health answered 200 on every
 check while one client holds 70 slow sockets.
 
-The cases: a PNG over infer.image.max_pixels (a few KB that would decode to gigabytes), the
+The cases: a PNG over infer.score.image.max_pixels (a few KB that would decode to gigabytes), the
 largest page the limits admit read as a tilted page (straightened, then cut), a 16-bit TIFF,
 an animated GIF, a long silent FLAC (a few hundred KB), a WAV whose header lies about its rate
 and length, the longest audio admitted, N large-but-allowed pages in parallel, a client that

@@ -81,7 +81,7 @@ def child(engine: str, audio: Path, model: Path, out: Path, args: argparse.Names
 
         whisper = WhisperModel(str(model), cpu_threads=threads, **CT2_LOAD)
         _pad_to_window(whisper.feature_extractor.nb_max_frames)  # our model's 8-s window
-        # the token limit a window that sonfolio transcribe has (infer.speech_max_tokens)
+        # the token limit a window that sonfolio transcribe has (infer.speech.max_tokens)
         common = {"language": "fr", "task": "transcribe", "beam_size": 1,
                   "max_new_tokens": args.max_tokens}  # fmt: skip
         if engine == "faster_whisper":
@@ -138,7 +138,8 @@ def build_recording(rows: list[dict], data: Path, seconds: float, dest: Path) ->
     for row in rows:
         clip = decode(data / row["audio"])
         if parts and total + (clip.size + pause.size) / SAMPLE_RATE > seconds:
-            break  # at most `seconds`: a recording over infer.audio_limits.max_audio_s is refused
+            # at most `seconds`: a recording over infer.speech.audio_limits.max_audio_s is refused
+            break
         parts += [clip, pause]
         texts.append(row["text"])
         total += (clip.size + pause.size) / SAMPLE_RATE
@@ -184,7 +185,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument(
-        "--max-tokens", type=int, help="a window's; default: infer.speech_max_tokens"
+        "--max-tokens", type=int, help="a window's; default: infer.speech.max_tokens"
     )
     parser.add_argument(
         "--params", type=Path, help="what `sonfolio transcribe` reads; default: RUN/params.yaml"
@@ -208,7 +209,7 @@ def main() -> None:
     args.params = (args.params or args.root / "params.yaml").resolve()
     params = read_sections(InferParams, args.params)  # paths and infer, as transcribe reads
     paths, variant = params.paths.track("speech"), params.infer.variant
-    args.max_tokens = args.max_tokens or params.infer.speech_max_tokens
+    args.max_tokens = args.max_tokens or params.infer.speech.max_tokens
     ours, fp32, data = (
         args.root / paths.export / variant,
         args.root / paths.model,
@@ -258,7 +259,7 @@ def main() -> None:
         "max_tokens_a_window": args.max_tokens,
         "params": str(args.params),
         "sonfolio_batch_size": params.infer.batch_size,
-        "sonfolio_decode_workers": params.infer.decode_workers,
+        "sonfolio_decode_workers": params.infer.speech.decode_workers,
         **cpu.run_conditions(load_before),
     }
     publish(args.out, result, print_table)

@@ -87,9 +87,9 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "page_bleed_0.3": {"score_data.pages.bleed": 0.3},
     # and the scan-like train systems' own ghosts moved 10-50 % of their height, off their lines
     "ghost_shift": {"score_data.pages.bleed": 0.3, "score_data.augment.bleed_shift": [0.1, 0.5]},
-    # the page lines of every split cut as they are read (infer.page.own_ink_only): each line's
-    # image keeps only its staff's ink, no title or neighbour's notes in its box; 2,101 of the
-    # 7,352 train systems are page lines, and the test split's 227 are read as cut
+    # the page lines of every split cut as they are read (infer.score.page.own_ink_only): each
+    # line's image keeps only its staff's ink, no title or neighbour's notes in its box; 2,101 of
+    # the 7,352 train systems are page lines, and the test split's 227 are read as cut
     "own_ink_pages": {"score_data.pages.cut.own_ink_only": True},
     # half the train pages made scan-like whole before they are cut (2-4 shape-keeping kinds):
     # a train line then holds thresholded ghost ink between its staves as a held-out scan's

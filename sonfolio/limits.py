@@ -28,7 +28,7 @@ class BadInput(ValueError):
 def check_image_size(
     size: tuple[int, int], name: str, limits: ImageLimits, after: str = ""
 ) -> None:
-    """Refuse an image over infer.image's pixel count or aspect ratio. `after`: the transform
+    """Refuse an image over infer.score.image's pixel count or aspect ratio. `after`: the transform
     that made this size ("after straightening by 2.0 degrees"), for the message.
 
     Raises:
@@ -42,15 +42,15 @@ def check_image_size(
         raise BadInput(
             "too_large",
             f"{what} is {width:,} x {height:,} = {width * height:,} pixels; "
-            f"infer.image.max_pixels is {limits.max_pixels:,}: scale the image down, or raise "
-            "it in params.yaml",
+            f"infer.score.image.max_pixels is {limits.max_pixels:,}: scale the image down, or "
+            "raise it in params.yaml",
         )
     aspect = max(width, height) / min(width, height)
     if aspect > limits.max_aspect:
         raise BadInput(
             "limit",
             f"{what} is {width:,} x {height:,}, {aspect:.0f} times longer than wide; "
-            f"infer.image.max_aspect is {limits.max_aspect:g}: crop it, or raise it in "
+            f"infer.score.image.max_aspect is {limits.max_aspect:g}: crop it, or raise it in "
             "params.yaml",
         )
 

@@ -417,8 +417,8 @@ def add_uploads(app: FastAPI, models: Models, cfg: Infer, serve: Serve, slots: D
         model = models.get("score")
         name = display_name(file.filename or "upload")
         data = file.file.read()
-        with slots.take(image_memory(data, name, cfg.image)):  # decoded pixels live only here
-            image = open_image(data, name, cfg.image)
+        with slots.take(image_memory(data, name, cfg.score.image)):  # decoded pixels live only here
+            image = open_image(data, name, cfg.score.image)
             reading = read_page(model, image, page, cfg, serve.max_staves, name)
             del image
         if format == "ly":
@@ -437,11 +437,11 @@ def add_uploads(app: FastAPI, models: Models, cfg: Infer, serve: Serve, slots: D
         model = models.get("speech")
         name = display_name(file.filename or "upload")
         data = file.file.read()
-        size = audio_size(data, name, cfg.audio_limits)  # None: open_audio refuses it
+        size = audio_size(data, name, cfg.speech.audio_limits)  # None: open_audio refuses it
         if size is not None:
             check_audio_work(size, name, serve.max_audio_samples)
         with slots.take(len(data) + (size.memory if size else 0)):  # decoded samples: here
-            audio = open_audio(data, name, cfg.audio_limits)
+            audio = open_audio(data, name, cfg.speech.audio_limits)
             chunks, text = transcribe(model, audio, cfg)
         return {
             "model": model.name,

@@ -146,11 +146,21 @@ def speech_wav(path: Path, seconds: float | None = None) -> Path:
     return path
 
 
+def merge(into: dict, changes: dict) -> dict:
+    """`into` with `changes` written over it, section by section (a nested dict replaces only
+    the keys it names): `infer`'s track sections keep their other settings."""
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            merge(into[key], value)
+        else:
+            into[key] = value
+    return into
+
+
 def params_file(folder: Path, **infer: object) -> Path:
     """The real params.yaml with `infer` keys replaced (small decoding limits for tests)."""
     raw = yaml.safe_load((ROOT / "params.yaml").read_text())
-    for key, value in infer.items():
-        raw["infer"][key] = value
+    merge(raw["infer"], infer)
     path = folder / "params.yaml"
     path.write_text(yaml.safe_dump(raw), encoding="utf-8")
     return path
@@ -158,13 +168,15 @@ def params_file(folder: Path, **infer: object) -> Path:
 
 # Infer settings for the tiny models: few tokens, audio cuts sized for the 2 s window.
 TINY_INFER = {
-    "score_max_tokens": 6,
-    "speech_max_tokens": 6,
-    "audio": {
-        "search_s": 0.6,
-        "silence_db": -35.0,
-        "overlap_s": 0.25,
-        "max_repeats": 3,
-        "pause_s": 0.5,
+    "score": {"max_tokens": 6},
+    "speech": {
+        "max_tokens": 6,
+        "audio": {
+            "search_s": 0.6,
+            "silence_db": -35.0,
+            "overlap_s": 0.25,
+            "max_repeats": 3,
+            "pause_s": 0.5,
+        },
     },
 }

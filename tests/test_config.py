@@ -122,6 +122,17 @@ def test_a_moved_paths_key_names_where_it_went():
         parse_params(raw)
 
 
+def test_a_moved_infer_key_names_where_it_went():
+    """An older params.yaml with `infer`'s flat keys says where each lives now, by name."""
+    raw = raw_params()
+    raw["infer"]["page"] = raw["infer"]["score"].pop("page")
+    raw["infer"]["speech_max_tokens"] = 120
+    with pytest.raises(ParamsError) as err:
+        parse_params(raw)
+    assert "infer.page is now infer.score.page" in str(err.value)
+    assert "infer.speech_max_tokens is now infer.speech.max_tokens" in str(err.value)
+
+
 def test_a_track_without_its_params_sections_is_refused():
     raw = raw_params()
     raw["paths"]["tracks"]["piano"] = dict(raw["paths"]["tracks"]["score"])

@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 from project_repo import copy_project, dvc, git, ran
 
 pytestmark = pytest.mark.slow
@@ -131,6 +132,36 @@ CODE_EDITS = {
 @pytest.mark.parametrize("module", sorted(CODE_EDITS))
 def test_editing_a_step_module_reruns_only_the_stages_that_import_it(recorded, module):
     check_edit(recorded, module, *CODE_EDITS[module])
+
+
+# A setting of params.yaml `infer` and the stages `dvc status` marks when it changes (with
+# check_params, which validates the whole file and whose output stays the same): each track's
+# reading settings are their own section, so tuning how pages are cut or read costs eval@score
+# alone and never the minutes of eval@speech, and the other way round.
+PARAM_EDITS = {
+    ("infer", "score", "page", "strips"): {"eval@score"},
+    ("infer", "score", "max_tokens"): {"eval@score"},
+    ("infer", "speech", "audio", "pause_s"): {"eval@speech"},
+    ("infer", "speech", "decode_workers"): {"eval@speech"},
+    ("infer", "batch_size"): {"eval@score", "eval@speech"},
+}
+
+
+@pytest.mark.parametrize("keys", sorted(PARAM_EDITS), ids=".".join)
+def test_a_reading_setting_reruns_only_its_tracks_eval(recorded, keys):
+    assert status(recorded) == set(), "the copy starts with every stage up to date"
+    path = recorded / "params.yaml"
+    text = path.read_text()
+    raw = yaml.safe_load(text)
+    section = raw
+    for key in keys[:-1]:
+        section = section[key]
+    section[keys[-1]] += 1
+    try:
+        path.write_text(yaml.safe_dump(raw))
+        assert status(recorded) == {"check_params"} | PARAM_EDITS[keys]
+    finally:
+        path.write_text(text)
 
 
 def test_a_data_rerun_that_changed_only_its_time_marks_nothing_after_it(recorded):

@@ -198,11 +198,11 @@ def test_the_commands_read_only_their_sections_of_params(files, capsys, tmp_path
     assert main(["read", image, "--model", score, *argv]) == 0
     capsys.readouterr()
     # what they read is still checked, by name, before any model loads
-    raw["infer"]["speech_max_tokens"] = 0
+    raw["infer"]["speech"]["max_tokens"] = 0
     older.write_text(yaml.safe_dump(raw))
     assert main(["transcribe", wav, "--model", speech, *argv]) == 2
     err = capsys.readouterr().err
-    assert "infer.speech_max_tokens" in err
+    assert "infer.speech.max_tokens" in err
     assert "score_data" not in err and "speech_train" not in err
     # and check-params, as every stage, still reads the whole file
     assert main(["check-params", str(older)]) == 1
@@ -262,17 +262,19 @@ def test_the_default_model_is_the_exported_variant_else_fp32(params, tmp_path):
 def test_audio_cuts_that_do_not_fit_the_model_window_fail_at_load(files, capsys, tmp_path):
     params = params_file(
         tmp_path,
-        audio={
-            "search_s": 1.5,
-            "silence_db": -35.0,
-            "overlap_s": 0.6,
-            "max_repeats": 3,
-            "pause_s": 0.5,
+        speech={
+            "audio": {
+                "search_s": 1.5,
+                "silence_db": -35.0,
+                "overlap_s": 0.6,
+                "max_repeats": 3,
+                "pause_s": 0.5,
+            }
         },
     )
     argv = ["transcribe", str(files["wav"]), "--model", str(files["speech"])]
     assert main([*argv, "--params", str(params)]) == 2
-    assert "infer.audio.search_s + overlap_s" in capsys.readouterr().err
+    assert "infer.speech.audio.search_s + overlap_s" in capsys.readouterr().err
 
 
 @pytest.fixture(scope="module")

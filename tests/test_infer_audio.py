@@ -76,7 +76,7 @@ def test_without_a_pause_chunks_overlap_and_still_fit_the_window():
 
 def test_settings_that_cannot_progress_are_refused_by_name():
     cfg = CFG.model_copy(update={"search_s": 1.5, "overlap_s": 0.6})
-    with pytest.raises(ValueError, match=r"infer\.audio\.search_s \+ overlap_s"):
+    with pytest.raises(ValueError, match=r"infer\.speech\.audio\.search_s \+ overlap_s"):
         plan_chunks(voice(5.0), SR, 2.0, cfg)
 
 
@@ -107,14 +107,15 @@ def test_a_decoding_loop_is_kept_once_and_a_short_repeat_stays(text, want):
 
 
 def test_a_pause_anywhere_in_the_last_half_of_the_window_is_where_the_chunk_ends(params):
-    """The default search span (infer.audio.search_s, half the 8-s window) finds the pause
+    """The default search span (infer.speech.audio.search_s, half the 8-s window) finds the pause
     after a sentence of 4.5 s: the chunk ends there, not in the next sentence's words (a span
     of 2 s, the old default, cut the next sentence)."""
     sentence = np.sin(np.arange(int(4.5 * SR)) * 0.05).astype(np.float32) * 0.5
     pause = np.zeros(int(0.7 * SR), np.float32)
     audio = np.concatenate([sentence, pause, sentence, pause, sentence])
-    no_pause_rule = params.infer.audio.model_copy(update={"pause_s": 0.0})
-    for cfg in (params.infer.audio, no_pause_rule):  # the pause rule finds it first, or search
+    no_pause_rule = params.infer.speech.audio.model_copy(update={"pause_s": 0.0})
+    # the pause rule finds it first, or search
+    for cfg in (params.infer.speech.audio, no_pause_rule):
         chunks = plan_chunks(audio, SR, 8.0, cfg)
         assert 4.5 * SR <= chunks[0].end <= 5.2 * SR and not chunks[1].overlaps, chunks
     old = no_pause_rule.model_copy(update={"search_s": 2.0})

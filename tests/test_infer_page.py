@@ -18,7 +18,7 @@ def systems():
 
 def test_a_page_of_three_systems_is_cut_into_three_boxes_around_them(systems, params):
     page, spans = stack(systems)
-    boxes = split_page(np.asarray(page), params.infer.page)
+    boxes = split_page(np.asarray(page), params.infer.score.page)
     assert len(boxes) == 3
     for box, (top, bottom), img in zip(boxes, spans, systems, strict=True):
         # each box holds its whole system and nothing of the next one
@@ -31,28 +31,31 @@ def test_a_page_of_three_systems_is_cut_into_three_boxes_around_them(systems, pa
 def test_a_tilted_page_is_straightened_then_cut_into_three(systems, params, tilt):
     page, _ = stack(systems)
     tilted = page.rotate(tilt, Image.Resampling.BICUBIC, expand=True, fillcolor=255)
-    whole_width = params.infer.page.model_copy(update={"strips": 1})
+    whole_width = params.infer.score.page.model_copy(update={"strips": 1})
     assert len(find_staves(np.asarray(tilted), whole_width)) < 3  # long lines break up
-    assert len(find_staves(np.asarray(tilted), params.infer.page)) == 3  # strips hold them
-    level, angle = deskew(tilted, params.infer.page.max_skew_deg, params.infer.image)
+    assert len(find_staves(np.asarray(tilted), params.infer.score.page)) == 3  # strips hold them
+    level, angle = deskew(tilted, params.infer.score.page.max_skew_deg, params.infer.score.image)
     assert angle == pytest.approx(-tilt, abs=0.15)
-    assert len(split_page(np.asarray(level), params.infer.page)) == 3
+    assert len(split_page(np.asarray(level), params.infer.score.page)) == 3
 
 
 def test_a_level_page_is_left_as_it_is(systems, params):
     page, _ = stack(systems)
-    assert deskew(page, params.infer.page.max_skew_deg, params.infer.image) == (page, 0.0)
+    assert deskew(page, params.infer.score.page.max_skew_deg, params.infer.score.image) == (
+        page,
+        0.0,
+    )
 
 
 def test_a_single_system_has_one_staff(systems, params):
     for img in systems:
-        assert len(find_staves(np.asarray(img), params.infer.page)) == 1
+        assert len(find_staves(np.asarray(img), params.infer.score.page)) == 1
 
 
 def test_a_title_above_the_first_system_is_left_out(systems, params):
     page, spans = stack(systems, margin=120)
     page.paste(0, (40, 10, 400, 40))  # a black title bar far above the first staff
-    boxes = split_page(np.asarray(page), params.infer.page)
+    boxes = split_page(np.asarray(page), params.infer.score.page)
     assert len(boxes) == 3
     assert boxes[0].top > 40
 
@@ -64,7 +67,7 @@ def test_a_scans_edge_line_through_a_staff_does_not_stretch_its_box(systems, par
     page, spans = stack(systems, margin=600)
     x = 600 + systems[-1].width - 40  # through the last staff's lines, near its end
     page.paste(0, (x, spans[-1][0], x + 2, page.height))  # a line from the last staff down
-    boxes = split_page(np.asarray(page), params.infer.page)
+    boxes = split_page(np.asarray(page), params.infer.score.page)
     assert len(boxes) == 3
     top, bottom = spans[-1]
     assert boxes[-1].bottom < bottom + 2 * (bottom - top)  # not the page's foot (600 px below)
@@ -72,15 +75,15 @@ def test_a_scans_edge_line_through_a_staff_does_not_stretch_its_box(systems, par
     # one that starts under the staff, near its ink but not crossing its lines (taken with
     # the staff as a ledger line would be), is cut so too
     page, spans = stack(systems, margin=600)
-    staff_top, staff_bottom = find_staves(np.asarray(page), params.infer.page)[-1]
+    staff_top, staff_bottom = find_staves(np.asarray(page), params.infer.score.page)[-1]
     below = staff_bottom + round(0.8 * (staff_bottom - staff_top) / 4)  # 0.8 space under it
     page.paste(0, (x, below, x + 2, page.height))
-    boxes = split_page(np.asarray(page), params.infer.page)
+    boxes = split_page(np.asarray(page), params.infer.score.page)
     assert len(boxes) == 3 and boxes[-1].bottom < bottom + 2 * (bottom - top)
 
 
 def test_a_blank_page_has_no_systems(params):
-    assert split_page(np.full((200, 300), 255, np.uint8), params.infer.page) == []
+    assert split_page(np.full((200, 300), 255, np.uint8), params.infer.score.page) == []
 
 
 def test_a_stray_line_before_a_staff_does_not_hide_it():
@@ -109,10 +112,10 @@ def _two_staves_and_a_mark() -> tuple[np.ndarray, tuple[int, int]]:
 
 @pytest.mark.parametrize("own_ink_only", [True, False])
 def test_a_systems_image_keeps_only_its_own_staffs_ink(params, own_ink_only):
-    """infer.page.own_ink_only: ink in a system's box that went with no staff (a title, a
+    """infer.score.page.own_ink_only: ink in a system's box that went with no staff (a title, a
     scan's bleed-through) is painted over in the paper's grey; off, the image is the box."""
     page, (y, x) = _two_staves_and_a_mark()
-    cfg = params.infer.page.model_copy(update={"own_ink_only": own_ink_only})
+    cfg = params.infer.score.page.model_copy(update={"own_ink_only": own_ink_only})
     [(box, image), (_, second)] = cut_page(page, cfg)
     assert box.top <= 30 < y < box.bottom and box.left <= x < box.right  # the mark is inside
     mark = image[y - box.top - 2 : y - box.top + 2, x - box.left - 6 : x - box.left + 6]
@@ -139,7 +142,7 @@ def test_a_title_word_near_the_high_notes_is_left_out_with_its_line(params, own_
     page[30:62, 205:207] = 0  # a stem from the staff up to row 30
     page[14:24, 160:200] = 0  # a title word 0.7 space above the stem's top
     page[14:24, 100:140] = 0  # the title's other word, 20 px (2 spaces) to its left
-    cfg = params.infer.page.model_copy(update={"own_ink_only": own_ink_only})
+    cfg = params.infer.score.page.model_copy(update={"own_ink_only": own_ink_only})
     first = split_page(page, cfg)[0]
     if own_ink_only:
         assert 28 <= first.top <= 30
@@ -158,7 +161,7 @@ def test_ink_far_from_both_staves_between_them_goes_with_none_when_own_ink_only(
     _staff(page, 60)
     _staff(page, 260)
     page[150:156, 240:248] = 0  # 5 spaces under the first staff, 10 over the second
-    cfg = params.infer.page.model_copy(update={"own_ink_only": own_ink_only})
+    cfg = params.infer.score.page.model_copy(update={"own_ink_only": own_ink_only})
     first, second = split_page(page, cfg)
     assert (first.bottom >= 156) is not own_ink_only
     assert second.top > 156
@@ -178,7 +181,7 @@ def test_over_the_first_staff_a_ledger_line_leads_on_a_title_word_does_not(param
     page[30:62, 205:207] = 0  # a stem up to row 30
     page[14:24, 160:200] = 0  # a title word 0.7 space over the stem
     page[14:24, 100:152] = 0  # and the word before it, 8 px away: within a space of its columns
-    cfg = params.infer.page.model_copy(update={"own_ink_only": True})
+    cfg = params.infer.score.page.model_copy(update={"own_ink_only": True})
     [(first, image), _] = cut_page(page, cfg)
     assert 24 <= first.top <= 26  # the note's top (2 px of paper over it), no title
     assert (image[30 - first.top, 302 - first.left : 314 - first.left] == 0).all()
@@ -193,7 +196,7 @@ def test_a_one_word_title_over_the_high_notes_is_told_by_its_size(params):
     _staff(page, 180)
     page[40:62, 205:207] = 0  # a stem from the staff up to row 40
     page[8:33, 180:260] = 0  # the word: rows 8-32, 7 px over the stem's top
-    cfg = params.infer.page.model_copy(update={"own_ink_only": True})
+    cfg = params.infer.score.page.model_copy(update={"own_ink_only": True})
     [(first, image), _] = cut_page(page, cfg)
     assert 38 <= first.top <= 40
     page[8:33, 180:260] = 255
@@ -216,7 +219,7 @@ def test_a_title_word_joined_to_a_stem_is_left_out_letter_by_letter(params, own_
     for left in (160, 174, 188, 202):  # the next word's small letters (1.4 spaces), 4 px
         page[16:30, left : left + 10] = 0  # apart: the last 2 px over the stem (JOIN_DOWN 4.5)
     page[11:14, 192:196] = 0  # an "i"'s dot over its letter
-    cfg = params.infer.page.model_copy(update={"own_ink_only": own_ink_only})
+    cfg = params.infer.score.page.model_copy(update={"own_ink_only": own_ink_only})
     [(first, image), _] = cut_page(page, cfg)
     if own_ink_only:
         assert 30 <= first.top <= 32
@@ -244,7 +247,7 @@ def test_a_scans_ghost_over_the_first_staff_is_no_title_line(params):
     page[46:56, 304:316] = 0  # the note on it
     page[20:50, 314:316] = 0  # its stem, up
     page[16:47, 336:338] = 0  # the ghost: 2 spaces from the stem, too far over the lines
-    cfg = params.infer.page.model_copy(update={"own_ink_only": True})
+    cfg = params.infer.score.page.model_copy(update={"own_ink_only": True})
     [(first, image), _] = cut_page(page, cfg)
     assert first.top <= 20 and (image[20 - first.top : 50 - first.top, 314 - first.left] == 0).all()
     assert (image[16 - first.top : 47 - first.top, 336 - first.left] == 255).all()  # painted
@@ -263,7 +266,7 @@ def test_a_broken_slurs_piece_beside_a_title_word_is_kept(params):
         page[16:30, left : left + 10] = 0
     page[32:62, 228:230] = 0  # a second note's stem, up to row 32
     page[10:25, 226:232] = 0  # the slur's piece over it: foot on row 24, half a space up
-    cfg = params.infer.page.model_copy(update={"own_ink_only": True})
+    cfg = params.infer.score.page.model_copy(update={"own_ink_only": True})
     [(first, image), _] = cut_page(page, cfg)
     assert 8 <= first.top <= 10
     top, left = first.top, first.left
@@ -273,7 +276,7 @@ def test_a_broken_slurs_piece_beside_a_title_word_is_kept(params):
 
 def test_each_system_of_a_page_is_straightened_on_its_own(systems, params):
     """A photo's perspective tilts one page's lines by different angles: no turn of the whole
-    page levels them all, so each system cut is straightened again (infer.system_skew_deg);
+    page levels them all, so each system cut is straightened again (infer.score.system_skew_deg);
     0 leaves them as cut (the control)."""
     from sonfolio.score.common.page import ink_mask, skew_deg
     from sonfolio.score.decode.read import system_images
@@ -294,7 +297,8 @@ def test_each_system_of_a_page_is_straightened_on_its_own(systems, params):
     assert left == [pytest.approx(0.0, abs=0.15)] * 3
     assert crops[0].height < turned[0].height  # cut back to its ink, level
     for update in ({"system_skew_deg": 0.0}, {"system_skew_min_deg": 2.5}):
-        off, _ = tilts_left(params.infer.model_copy(update=update))
+        score = params.infer.score.model_copy(update=update)
+        off, _ = tilts_left(params.infer.model_copy(update={"score": score}))
         assert off[0] == pytest.approx(-2.0, abs=0.15) and off[2] == pytest.approx(2.0, abs=0.15)
         assert off[1] == left[1] == 0.0
 
@@ -305,6 +309,8 @@ def test_a_system_skew_floor_above_its_range_is_refused_by_name(params):
     from sonfolio.config.infer import Infer
 
     raw = params.infer.model_dump()
+    score = raw["score"]
     with pytest.raises(ValidationError, match="system_skew_min_deg 4.0 is above system_skew_deg"):
-        Infer.model_validate({**raw, "system_skew_min_deg": 4.0})
-    Infer.model_validate({**raw, "system_skew_min_deg": 4.0, "system_skew_deg": 0.0})  # off
+        Infer.model_validate({**raw, "score": {**score, "system_skew_min_deg": 4.0}})
+    off = {**score, "system_skew_min_deg": 4.0, "system_skew_deg": 0.0}
+    Infer.model_validate({**raw, "score": off})

@@ -151,7 +151,7 @@ def boxed(shape: tuple[int, int], boxes: list) -> np.ndarray:
 @pytest.fixture(scope="module")
 def cut(pages, params) -> dict[str, list]:
     return {
-        name: [(gray, n, masks, split_page(gray, params.infer.page)) for gray, n, masks in ps]
+        name: [(gray, n, masks, split_page(gray, params.infer.score.page)) for gray, n, masks in ps]
         for name, ps in pages.items()
     }
 

@@ -14,7 +14,15 @@ from contextlib import contextmanager
 import httpx
 import pytest
 import uvicorn
-from infer_tiny import ROOT, SPEECH_WINDOW_S, TINY_INFER, pages_and_models, params_file, speech_wav
+from infer_tiny import (
+    ROOT,
+    SPEECH_WINDOW_S,
+    TINY_INFER,
+    merge,
+    pages_and_models,
+    params_file,
+    speech_wav,
+)
 from live_server import free_port, running
 
 from sonfolio.config.params import parse_params
@@ -27,7 +35,7 @@ MAX_MB = 0.25  # the tests' upload limit: a page PNG fits, 1 MB does not
 def files(tmp_path_factory, params):
     files = pages_and_models(tmp_path_factory.mktemp("serve"), params)
     raw = params.model_dump(mode="json")
-    raw["infer"].update(TINY_INFER)
+    merge(raw["infer"], TINY_INFER)
     return {
         **files,
         "cfg": parse_params(raw).infer,

@@ -20,7 +20,7 @@ import pytest
 import uvicorn
 from fastapi import FastAPI, File, UploadFile
 from fastapi.responses import JSONResponse, Response
-from infer_tiny import SPEECH_WINDOW_S, SYSTEMS, TINY_INFER, pages_and_models, speech_wav
+from infer_tiny import SPEECH_WINDOW_S, SYSTEMS, TINY_INFER, merge, pages_and_models, speech_wav
 from live_server import free_port, running
 from PIL import Image
 
@@ -95,7 +95,7 @@ def files(tmp_path_factory, params) -> dict:
     raw = params.model_dump(mode="json")
     # 60 tokens under the grammar: the untrained model writes canonical systems, so the page
     # engraves what it read (6 tokens end every system mid-way: all flagged, none engraved)
-    raw["infer"].update({**TINY_INFER, "score_max_tokens": 60})
+    merge(raw["infer"], TINY_INFER)["score"]["max_tokens"] = 60
     hostile = root / HOSTILE_NAME
     shutil.copyfile(files["system"], hostile)
     notes = root / "notes.txt"

@@ -126,7 +126,7 @@ class ScorePages(Strict):
     # share of the train split's pages (seeded per page) made scan-like whole before they are
     # cut: score_data.scan's kinds that keep a page's shape, as many as augment.scan_kinds draws
     scan: Fraction01 = 0.0
-    cut: PageSplit  # keep equal to infer.page: train on the crops `read --page` makes
+    cut: PageSplit  # keep equal to infer.score.page: train on the crops `read --page` makes
 
 
 VerovioFont = Literal["Leipzig", "Bravura", "Gootville", "Leland", "Petaluma"]

@@ -3,7 +3,7 @@ sonfolio/config/serve.py's)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import Field, model_validator
 
@@ -61,16 +61,12 @@ class NoSpeech(Strict):
     min_speech_s: Annotated[float, Field(ge=0.0)]  # less speech than this in a chunk: none
 
 
-class Infer(Strict):
-    """`sonfolio read`, `sonfolio transcribe` and the service (docs/inference.md)."""
+class ScoreReading(Strict):
+    """`infer.score`: how `sonfolio read`, the service and eval@score read images of music. Its
+    own section, so that an edit here reruns eval@score and never eval@speech."""
 
-    variant: Annotated[str, Field(min_length=1)]  # default exported variant folder name
-    score_max_tokens: Positive  # greedy decoding limit per system
-    speech_max_tokens: Positive  # greedy decoding limit per audio chunk
-    batch_size: Positive  # systems or chunks per generate call
-    # batches of a long recording decoded at once, a thread each (ORT loop variants)
-    decode_workers: Positive
-    # read/serve: decode staff systems under the canonical grammar (sonfolio.score.decode)
+    max_tokens: Positive  # greedy decoding limit per system
+    # decode staff systems under the canonical grammar (sonfolio.score.decode)
     constrained: bool
     page: PageSplit
     # each system cut from a page is straightened again on its own, within this many degrees:
@@ -79,12 +75,9 @@ class Infer(Strict):
     system_skew_deg: Annotated[float, Field(ge=0.0, le=10.0)]
     system_skew_min_deg: Annotated[float, Field(ge=0.0, le=10.0)]
     image: ImageLimits
-    audio: AudioChunks
-    audio_limits: AudioLimits
-    no_speech: NoSpeech
 
     @model_validator(mode="after")
-    def _system_skew_range(self) -> Infer:
+    def _system_skew_range(self) -> ScoreReading:
         if self.system_skew_deg and self.system_skew_min_deg > self.system_skew_deg:
             raise ValueError(
                 f"system_skew_min_deg {self.system_skew_min_deg} is above system_skew_deg "
@@ -92,3 +85,44 @@ class Infer(Strict):
                 "or set system_skew_deg to 0 to turn it off"
             )
         return self
+
+
+class SpeechReading(Strict):
+    """`infer.speech`: how `sonfolio transcribe`, the service and eval@speech's real voices read
+    audio. Its own section, so that an edit here reruns eval@speech and never eval@score."""
+
+    max_tokens: Positive  # greedy decoding limit per audio chunk
+    # batches of a long recording decoded at once, a thread each (ORT loop variants)
+    decode_workers: Positive
+    audio: AudioChunks
+    audio_limits: AudioLimits
+    no_speech: NoSpeech
+
+
+# Keys of `infer` before its track sections (changelog: docs/architecture.md), named in the
+# error so that an old params.yaml says where its key went.
+_MOVED_INFER = {
+    "score_max_tokens": "infer.score.max_tokens",
+    "speech_max_tokens": "infer.speech.max_tokens",
+    **{k: f"infer.score.{k}" for k in ScoreReading.model_fields if k != "max_tokens"},
+    **{k: f"infer.speech.{k}" for k in SpeechReading.model_fields if k != "max_tokens"},
+}
+
+
+class Infer(Strict):
+    """`sonfolio read`, `sonfolio transcribe` and the service (docs/inference.md): what both
+    tracks read with, then each track's own section (eval@<track> lists only its own)."""
+
+    variant: Annotated[str, Field(min_length=1)]  # default exported variant folder name
+    batch_size: Positive  # systems or chunks per generate call
+    score: ScoreReading
+    speech: SpeechReading
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_keys(cls, raw: Any) -> Any:
+        if isinstance(raw, dict):
+            moved = [f"infer.{k} is now {_MOVED_INFER[k]}" for k in raw if k in _MOVED_INFER]
+            if moved:
+                raise ValueError("; ".join(moved) + " (params.yaml: one section per track)")
+        return raw

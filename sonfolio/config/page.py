@@ -1,4 +1,4 @@
-"""`infer.page`: cutting a page image into staff systems. Its own module, apart from the rest
+"""`infer.score.page`: cutting a page image into staff systems. Its own module, apart from the rest
 of `infer`, because the score data stage cuts its engraved pages with it: a stage's code deps
 are its import closure (dvc.yaml), so a change to the inference settings' schema (audio chunks,
 limits) no longer reruns the data stage and everything after it."""

@@ -1,4 +1,5 @@
-"""An audio file or upload -> 16 kHz mono float32 within `infer.audio_limits`, in bounded memory.
+"""An audio file or upload -> 16 kHz mono float32 within `infer.speech.audio_limits`, in bounded
+memory.
 
 Why not `sonfolio.speech.common.audio.decode` (what the data stage uses): it reads the whole file at
 its own rate and resamples it in one FFT, so its memory grows with duration x source rate (a
@@ -39,7 +40,7 @@ UNKNOWN_FRAMES = 2**62  # libsndfile reports SF_COUNT_MAX frames when the header
 
 
 class AudioRefused(ValueError):
-    """Audio that `infer.audio_limits` refuses, or that libsndfile cannot read.
+    """Audio that `infer.speech.audio_limits` refuses, or that libsndfile cannot read.
 
     Attributes:
         reason: "too_long", "sample_rate", "channels", "unreadable" or "empty".
@@ -51,7 +52,8 @@ class AudioRefused(ValueError):
 
 
 def _limit(what: str, seen: str, param: str, allowed: str) -> str:
-    return f"{what} is {seen}; infer.audio_limits.{param} is {allowed}: raise it in params.yaml"
+    limit = f"infer.speech.audio_limits.{param}"
+    return f"{what} is {seen}; {limit} is {allowed}: raise it in params.yaml"
 
 
 def check_header(info: soundfile.SoundFile, name: str, limits: AudioLimits) -> None:

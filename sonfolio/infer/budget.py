@@ -9,10 +9,11 @@ the work is shared between requests.
   run in turn, in the order they were asked for.
 
 Why these measures: every staff is scaled to the model's canvas before it is read, so each one
-costs the same, whatever its width, up to `infer.score_max_tokens` decoding steps (a 58 KB PNG
+costs the same, whatever its width, up to `infer.score.max_tokens` decoding steps (a 58 KB PNG
 of 29 staves held a decode slot for 126 s); decoding audio costs its source samples, seconds x
 channels x rate (599 s of 8 channels at 192 kHz, a 252 KB FLAC, is 920 M samples and ~30 s of
-decoding before the model hears any). The pixels are bounded already by `infer.image.max_pixels`.
+decoding before the model hears any). The pixels are bounded already by
+`infer.score.image.max_pixels`.
 """
 
 from __future__ import annotations
@@ -61,12 +62,12 @@ BLOCK_BYTES_PER_FRAME = 400
 
 def image_memory(data: bytes, name: str, limits: ImageLimits) -> int:
     """Bytes an image upload holds while it is read: its header's pixels x BYTES_PER_PIXEL, and
-    the upload itself; refused at once if the header is over `infer.image`'s limits.
+    the upload itself; refused at once if the header is over `infer.score.image`'s limits.
 
     What is no image costs its bytes alone here: `open_image` then says what is wrong with it.
 
     Raises:
-        BadInput: the header is over infer.image.max_pixels or max_aspect.
+        BadInput: the header is over infer.score.image.max_pixels or max_aspect.
     """
     try:
         with warnings.catch_warnings():
@@ -102,8 +103,8 @@ class AudioSize:
 
 def audio_size(data: bytes, name: str, limits: AudioLimits) -> AudioSize | None:
     """The header's length, channels and rate; None where `open_audio` will refuse the file
-    before decoding anything (not audio, no length, or over `infer.audio_limits`), so that its
-    message, naming that limit, is the one given."""
+    before decoding anything (not audio, no length, or over `infer.speech.audio_limits`), so that
+    its message, naming that limit, is the one given."""
     try:
         with soundfile.SoundFile(io.BytesIO(data)) as f:
             check_header(f, name, limits)
@@ -145,8 +146,9 @@ def read_page(
     """
     if page is False:  # the whole image as one system
         return read_image(variant, image, page, cfg)
-    level, angle = deskew(image, cfg.page.max_skew_deg, cfg.image)
-    staves = len(find_staves(np.asarray(level), cfg.page))
+    score = cfg.score
+    level, angle = deskew(image, score.page.max_skew_deg, score.image)
+    staves = len(find_staves(np.asarray(level), score.page))
     if page is None and staves <= 1:
         log.info("%d staves found: one system", staves)
         return read_image(variant, image, False, cfg)
@@ -157,7 +159,8 @@ def read_page(
             f"{max_staves}: send the page in parts, or raise serve.max_staves in params.yaml",
         )
     log.info("%d staves found: a page", staves)
-    level_cfg = cfg.model_copy(update={"page": cfg.page.model_copy(update={"max_skew_deg": 0.0})})
+    level_page = score.page.model_copy(update={"max_skew_deg": 0.0})
+    level_cfg = cfg.model_copy(update={"score": score.model_copy(update={"page": level_page})})
     reading = read_image(variant, level, True, level_cfg)
     return dataclasses.replace(reading, deskew_deg=angle)
 

@@ -177,7 +177,7 @@ def run_read(args: argparse.Namespace) -> int:
     from sonfolio.infer.run import read_image
 
     def opener(path: Path, name: str, cfg: Any) -> Any:
-        return open_image(path, name, cfg.image)
+        return open_image(path, name, cfg.score.image)
 
     def one(variant: Any, name: str, image: Any, cfg: Any) -> tuple[str, Any]:
         try:  # a limit met on the way (the straightened page's size) ends the command
@@ -189,7 +189,7 @@ def run_read(args: argparse.Namespace) -> int:
         else:  # said, not an empty line that looks like a reading
             log.warning(
                 "%s: no staff system found (a page of printed music? the staff finder's "
-                "settings are params.yaml infer.page)",
+                "settings are params.yaml infer.score.page)",
                 name,
             )
         return name, reading
@@ -237,8 +237,8 @@ def run_transcribe(args: argparse.Namespace) -> int:
         result = formats.transcript_result(name, audio.size / SAMPLE_RATE, chunks, text)
         if result["no_speech"]:
             log.warning(
-                "%s: no speech heard, so the text is empty (infer.no_speech; set its check to "
-                "false to decode it anyway)",
+                "%s: no speech heard, so the text is empty (infer.speech.no_speech; set its check "
+                "to false to decode it anyway)",
                 name,
             )
         return result
@@ -249,7 +249,7 @@ def run_transcribe(args: argparse.Namespace) -> int:
     }[args.format]
 
     def opener(path: Path, name: str, cfg: Any) -> Any:
-        return open_audio(path, name, cfg.audio_limits)
+        return open_audio(path, name, cfg.speech.audio_limits)
 
     return _each_input(args, "speech", args.audio, opener, one, render)
 

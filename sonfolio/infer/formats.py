@@ -120,7 +120,8 @@ def transcript_result(name: str, duration_s: float, chunks: Sequence[ChunkText],
         "audio": name,
         "duration": round(duration_s, 3),
         "text": text,
-        # No speech heard in any chunk (infer.no_speech): the empty text is not a model's miss.
+        # No speech heard in any chunk (infer.speech.no_speech): the empty text is not a model's
+        # miss.
         "no_speech": bool(chunks) and all(c.no_speech for c in chunks),
         "chunks": [c.as_dict() for c in chunks],
     }

@@ -41,7 +41,7 @@ def display_name(name: str) -> str:
 
 
 def open_audio(source: bytes | Path, name: str, limits: AudioLimits) -> np.ndarray:
-    """A file or upload -> float32 mono samples at 16 kHz, within `infer.audio_limits`.
+    """A file or upload -> float32 mono samples at 16 kHz, within `infer.speech.audio_limits`.
 
     The header is checked before any sample is decoded, and the samples are read and
     resampled in blocks (sonfolio.infer.audio_file): memory stays bounded by the 16 kHz output,

@@ -5,7 +5,7 @@ for, and the settings checked against it; the reading itself is the tracks' own
 Preprocessing is the training data's: a system image has its long side resized to the model's
 canvas width with Lanczos, then goes through sonfolio.score.model.batches; audio is 16 kHz
 mono turned into log-mel features by the model's own feature extractor. Decoding is greedy,
-or for staff systems constrained by the canonical grammar with `infer.constrained`
+or for staff systems constrained by the canonical grammar with `infer.score.constrained`
 (sonfolio.variants.Variant.generate).
 """
 
@@ -65,7 +65,7 @@ def check_fit(variant: Variant, cfg: Infer) -> None:
 
     Raises:
         ModelUnavailable: the track's infer face finds a setting that cannot work (speech:
-            infer.audio's cuts do not fit the model's window).
+            infer.speech.audio's cuts do not fit the model's window).
     """
     face = tracks.face(variant.track, "infer")
     try:

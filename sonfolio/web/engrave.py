@@ -19,7 +19,7 @@ from sonfolio.score.common.lilypond import document
 from sonfolio.score.eval.compile_check import check_grammar, lilypond_text
 
 # These move to params.yaml `serve` (with the pipeline's next rerun); constants until then.
-# A system of infer.score_max_tokens (256) tokens is well under 4,000 characters.
+# A system of infer.score.max_tokens (256) tokens is well under 4,000 characters.
 MAX_TEXT_CHARS = 4000
 TIMEOUT_S = 30.0  # one system takes LilyPond ~0.3 s; the rest is room for a loaded machine
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from whisper_tiny import needs_tokenizer, save
 
 from sonfolio.speech.common.audio import SAMPLE_RATE, write_wav
@@ -40,10 +41,9 @@ def test_longform_measures_each_engine_on_each_recording(tmp_path, monkeypatch):
     run = tmp_path / "run"
     run.mkdir()
     # a window's token limit within the tiny model's 64 positions (faster-whisper is given it too)
-    text = (ROOT / "params.yaml").read_text()
-    text = text.replace("speech_max_tokens: 120", "speech_max_tokens: 24")
-    assert "speech_max_tokens: 24" in text
-    (run / "params.yaml").write_text(text)
+    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    raw["infer"]["speech"]["max_tokens"] = 24
+    (run / "params.yaml").write_text(yaml.safe_dump(raw))
     model = save(run / "models/speech_fp32", layers=1, window_s=8, language="fr",
                  task="transcribe")  # fmt: skip
     # `sonfolio transcribe` reads a PyTorch folder as well as an ONNX one: the exported
@@ -87,7 +87,8 @@ def test_longform_measures_each_engine_on_each_recording(tmp_path, monkeypatch):
 
     # ours alone, under another params file (e.g. one decode worker): no peer rows, no ratios
     one = run / "one_worker.yaml"
-    one.write_text(text.replace("  decode_workers: 2 ", "  decode_workers: 1 "))
+    raw["infer"]["speech"]["decode_workers"] = 1
+    one.write_text(yaml.safe_dump(raw))
     argv = [*argv[:-2], "--out", str(tmp_path / "ours.json"), "--engines", "sonfolio"]
     monkeypatch.setattr(sys, "argv", ["longform", *argv, "--params", str(one)])
     longform.main()
@@ -100,8 +101,9 @@ def test_longform_measures_each_engine_on_each_recording(tmp_path, monkeypatch):
     # the child `sonfolio transcribe` reads that file itself: one whose audio limit refuses the
     # recordings makes ours fail, naming the limit
     strict = run / "strict.yaml"
-    strict.write_text(text.replace("    max_audio_s: 600 ", "    max_audio_s: 1 "))
-    assert strict.read_text() != text
+    raw["infer"]["speech"]["decode_workers"] = 2
+    raw["infer"]["speech"]["audio_limits"]["max_audio_s"] = 1
+    strict.write_text(yaml.safe_dump(raw))
     monkeypatch.setattr(sys, "argv", ["longform", *argv, "--params", str(strict)])
     with pytest.raises(SystemExit, match="max_audio_s"):
         longform.main()

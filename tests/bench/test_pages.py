@@ -43,7 +43,7 @@ def test_each_pages_systems_come_from_lilypond_and_match_the_staves_printed(tmp_
     assert all(
         a[1] == b[0] and b[0].denominator == 1 for a, b in zip(spans, spans[1:], strict=False)
     )
-    cfg = load_params().infer.page
+    cfg = load_params().infer.score.page
     for page in pages:  # an independent count: the staves drawn on the PNG of that page
         gray = np.asarray(Image.open(page.png).convert("L"))
         assert len(find_staves(gray, cfg)) == len(page.systems)

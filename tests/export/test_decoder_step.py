@@ -223,7 +223,7 @@ def test_a_batch_encoded_in_groups_gives_each_groups_own_states(hub_whisper_int8
 def test_long_audio_decoded_two_batches_at_once_reads_as_one_at_a_time(
     hub_whisper_onnx, params, monkeypatch
 ):
-    """`infer.decode_workers`: a long recording's batches encoded in turn and decoded side by
+    """`infer.speech.decode_workers`: a long recording's batches encoded in turn and decoded side by
     side, one thread each, give the texts of decoding one batch at a time, each in its own
     piece's place (pieces are batched by length, so the order is restored)."""
     from sonfolio import prompt
@@ -250,9 +250,14 @@ def test_long_audio_decoded_two_batches_at_once_reads_as_one_at_a_time(
     assert variant.decodes_apart
     rng = np.random.default_rng(3)
     pieces = [rng.standard_normal(n).astype(np.float32) for n in (16000, 4000, 9000, 2000, 12000)]
-    cfg = params.infer.model_copy(update={"batch_size": 2, "speech_max_tokens": 8})
-    apart = read_pieces(variant, pieces, cfg.model_copy(update={"decode_workers": 2}))
-    in_turn = read_pieces(variant, pieces, cfg.model_copy(update={"decode_workers": 1}))
+
+    def with_workers(n: int):
+        speech = params.infer.speech.model_copy(update={"max_tokens": 8, "decode_workers": n})
+        return params.infer.model_copy(update={"batch_size": 2, "speech": speech})
+
+    cfg = with_workers(1)
+    apart = read_pieces(variant, pieces, with_workers(2))
+    in_turn = read_pieces(variant, pieces, cfg)
     with monkeypatch.context() as m:  # one batch in all starts no threads
         m.setattr("sonfolio.variants.ThreadPoolExecutor", None)
         alone = [read_pieces(variant, [p], cfg)[0] for p in pieces]

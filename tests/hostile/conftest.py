@@ -6,7 +6,15 @@ from __future__ import annotations
 
 import pytest
 from hostile.service import serving  # tests/ is on sys.path
-from infer_tiny import SYSTEMS, TINY_INFER, render_systems, score_model, speech_model, speech_wav
+from infer_tiny import (
+    SYSTEMS,
+    TINY_INFER,
+    merge,
+    render_systems,
+    score_model,
+    speech_model,
+    speech_wav,
+)
 
 from sonfolio.config.params import parse_params
 
@@ -15,7 +23,7 @@ from sonfolio.config.params import parse_params
 def models(tmp_path_factory, params):
     root = tmp_path_factory.mktemp("hostile_serve")
     raw = params.model_dump(mode="json")
-    raw["infer"].update(TINY_INFER)  # few tokens, audio cuts for the tiny model's 2 s window
+    merge(raw["infer"], TINY_INFER)  # few tokens, audio cuts for the tiny model's 2 s window
     return {
         "infer": parse_params(raw).infer,
         "score": score_model(root / "score"),

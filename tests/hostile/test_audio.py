@@ -84,7 +84,7 @@ def decode_noise_peak(folder: Path, rate: int, seconds: int) -> tuple[float, str
         "from pathlib import Path\n"
         "from sonfolio.config.params import load_params\n"
         "from sonfolio.infer.inputs import open_audio\n"
-        "limits = load_params(Path('params.yaml')).infer.audio_limits\n"
+        "limits = load_params(Path('params.yaml')).infer.speech.audio_limits\n"
         f"print(open_audio(Path({str(path)!r}), {path.name!r}, limits).size)"
     )
 
@@ -94,10 +94,10 @@ def test_a_header_claiming_an_hour_at_192khz_is_refused_before_decoding(params: 
     # length (an hour at 192 kHz: 2.7 GB as float32, then an FFT in float64) and was killed.
     lying = flac_claiming(3600 * 192_000)
     with pytest.raises(BadInput) as err:
-        open_audio(lying, "silence.flac", params.infer.audio_limits)
+        open_audio(lying, "silence.flac", params.infer.speech.audio_limits)
     assert err.value.kind == "too_large"
     assert "silence.flac is 3,600 s long" in str(err.value)
-    assert "infer.audio_limits.max_audio_s is 600: raise it in params.yaml" in str(err.value)
+    assert "infer.speech.audio_limits.max_audio_s is 600: raise it in params.yaml" in str(err.value)
 
 
 def test_the_refusal_costs_no_memory(tmp_path: Path):
@@ -107,7 +107,7 @@ def test_the_refusal_costs_no_memory(tmp_path: Path):
         "from pathlib import Path\n"
         "from sonfolio.config.params import load_params\n"
         "from sonfolio.infer.inputs import BadInput, open_audio\n"
-        "limits = load_params(Path('params.yaml')).infer.audio_limits\n"
+        "limits = load_params(Path('params.yaml')).infer.speech.audio_limits\n"
         f"try: open_audio(Path({str(path)!r}), 'hour.flac', limits)\n"
         "except BadInput as err: print(err.kind)"
     )
@@ -128,23 +128,25 @@ def test_rates_and_channels_outside_the_limits_are_refused_by_name(
 ):
     data = audio_bytes(0.1, rate, channels)
     with pytest.raises(BadInput) as err:
-        open_audio(data, "odd.wav", params.infer.audio_limits)
+        open_audio(data, "odd.wav", params.infer.speech.audio_limits)
     assert err.value.kind == "limit"
-    assert seen in str(err.value) and f"infer.audio_limits.{param}" in str(err.value)
+    assert seen in str(err.value) and f"infer.speech.audio_limits.{param}" in str(err.value)
 
 
 def test_a_flac_with_no_length_in_its_header_is_refused_clearly(params: Params):
     with pytest.raises(BadInput) as err:
-        open_audio(flac_claiming(0), "stream.flac", params.infer.audio_limits)
+        open_audio(flac_claiming(0), "stream.flac", params.infer.speech.audio_limits)
     assert err.value.kind == "unsupported" and "gives no length" in str(err.value)
 
 
 def test_audio_at_the_limit_is_read_and_past_it_refused(params: Params, tmp_path: Path):
-    limits = params.infer.audio_limits.model_copy(update={"max_audio_s": 2.0})
+    limits = params.infer.speech.audio_limits.model_copy(update={"max_audio_s": 2.0})
     at = tmp_path / "at.flac"
     at.write_bytes(audio_bytes(2.0, 44_100, 2, "FLAC"))
     assert open_audio(at, "at.flac", limits).shape == (2 * SAMPLE_RATE,)
-    with pytest.raises(BadInput, match=r"is 2\.5 s long; infer\.audio_limits\.max_audio_s is 2"):
+    with pytest.raises(
+        BadInput, match=r"is 2\.5 s long; infer\.speech\.audio_limits\.max_audio_s is 2"
+    ):
         open_audio(audio_bytes(2.5, 44_100, 2, "FLAC"), "past.flac", limits)
 
 
@@ -153,7 +155,7 @@ def test_block_resampling_gives_what_the_training_resampler_gives(params: Params
     x = np.tile(x, 6)  # ~25 s: spans several 10 s blocks
     buf = io.BytesIO()
     soundfile.write(buf, x, rate, format="WAV", subtype="FLOAT")
-    ours = open_audio(buf.getvalue(), "speech.wav", params.infer.audio_limits)
+    ours = open_audio(buf.getvalue(), "speech.wav", params.infer.speech.audio_limits)
     whole = decode(buf.getvalue())  # the data stage's one-FFT resampler
     assert ours.shape == whole.shape
     edge = SAMPLE_RATE  # the one-FFT version wraps the clip's ends into each other
@@ -175,7 +177,7 @@ def test_the_cli_refuses_too_long_audio_by_name_before_loading_a_model(
     path.write_bytes(flac_claiming(3600 * 192_000))
     code = main(["transcribe", str(path), "--params", str(ROOT / "params.yaml")])
     assert code == 2
-    assert "infer.audio_limits.max_audio_s is 600" in capsys.readouterr().err
+    assert "infer.speech.audio_limits.max_audio_s is 600" in capsys.readouterr().err
 
 
 def colored_noise(alpha: float, level: float, seed: int, seconds: float = 6.0) -> np.ndarray:
@@ -193,7 +195,7 @@ VOICES = ["m1", "m2", "m3", "m4", "m5", "m6", "m7", "f1", "f2", "f3", "f4", "f5"
 
 
 def test_speech_is_heard_and_silence_and_noise_are_not(params: Params):
-    cfg = params.infer.no_speech
+    cfg = params.infer.speech.no_speech
     rng = np.random.default_rng(0)
     missed = []
     for voice in VOICES:  # every espeak-ng French voice of train and test, clean and noisy
@@ -252,8 +254,9 @@ def test_silence_gives_an_empty_flagged_text_and_is_never_decoded(params: Params
 
 
 def test_the_check_is_a_param(params: Params):
+    quiet = params.infer.speech.no_speech.model_copy(update={"check": False})
     off = params.infer.model_copy(
-        update={"no_speech": params.infer.no_speech.model_copy(update={"check": False})}
+        update={"speech": params.infer.speech.model_copy(update={"no_speech": quiet})}
     )
     model = InventingModel()
     _, text = transcribe(model, np.zeros(SAMPLE_RATE, np.float32), off)  # type: ignore[arg-type]

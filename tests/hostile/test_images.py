@@ -64,7 +64,7 @@ def png_claiming(width: int, height: int) -> bytes:
 
 @pytest.fixture
 def limits(params) -> ImageLimits:
-    return params.infer.image
+    return params.infer.score.image
 
 
 def test_a_header_over_max_pixels_is_refused_before_decoding(limits):
@@ -74,14 +74,14 @@ def test_a_header_over_max_pixels_is_refused_before_decoding(limits):
     assert caught.value.kind == "too_large"
     message = str(caught.value)
     assert f"{side * side:,} pixels" in message
-    assert "infer.image.max_pixels" in message and f"{limits.max_pixels:,}" in message
+    assert "infer.score.image.max_pixels" in message and f"{limits.max_pixels:,}" in message
 
 
 def test_a_header_past_pillows_bomb_limit_names_the_param(limits):
     with pytest.raises(BadInput) as caught:
         open_image(png_claiming(60_000, 60_000), "bomb.png", limits)  # 3.6 G pixels
     assert caught.value.kind == "too_large"
-    assert "infer.image.max_pixels" in str(caught.value)
+    assert "infer.score.image.max_pixels" in str(caught.value)
 
 
 def test_a_strip_over_max_aspect_is_refused(limits):
@@ -89,7 +89,7 @@ def test_a_strip_over_max_aspect_is_refused(limits):
     with pytest.raises(BadInput) as caught:
         open_image(encode(strip, "PNG"), "strip.png", limits)
     assert caught.value.kind == "limit"
-    assert "infer.image.max_aspect" in str(caught.value)
+    assert "infer.score.image.max_aspect" in str(caught.value)
 
 
 def test_the_limits_come_from_params(limits):
@@ -185,18 +185,18 @@ def test_a_page_the_straightening_enlarges_past_the_limit_is_refused(limits):
         deskew(img, 2.0, exact)
     message = str(caught.value)
     assert caught.value.kind == "too_large"
-    assert "after straightening" in message and "infer.image.max_pixels" in message
+    assert "after straightening" in message and "infer.score.image.max_pixels" in message
 
 
 def test_sonfolio_read_names_the_limit_and_exits_2(tmp_path, capsys):
     from sonfolio.cli import main
 
     raw = yaml.safe_load((ROOT / "params.yaml").read_text())
-    raw["infer"]["image"]["max_pixels"] = 5_000
+    raw["infer"]["score"]["image"]["max_pixels"] = 5_000
     params = tmp_path / "params.yaml"
     params.write_text(yaml.safe_dump(raw), encoding="utf-8")
     image = tmp_path / "scan.png"
     image.write_bytes(encode(Image.new("L", (100, 100), 255), "PNG"))
     assert main(["read", str(image), "--params", str(params)]) == 2
     err = capsys.readouterr().err
-    assert "infer.image.max_pixels is 5,000" in err and "Traceback" not in err
+    assert "infer.score.image.max_pixels is 5,000" in err and "Traceback" not in err

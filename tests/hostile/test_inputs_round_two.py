@@ -37,7 +37,7 @@ def test_a_float_wav_with_nan_or_inf_samples_is_refused_by_name(params: Params, 
     samples = np.zeros(16_000, np.float32)
     samples[8_000] = bad
     with pytest.raises(BadInput, match="clip.wav holds NaN or infinite samples") as err:
-        open_audio(float_wav(samples), "clip.wav", params.infer.audio_limits)
+        open_audio(float_wav(samples), "clip.wav", params.infer.speech.audio_limits)
     assert err.value.kind == "corrupt"
 
 
@@ -57,9 +57,9 @@ def test_a_wav_whose_header_claims_less_than_it_holds_is_refused(params: Params)
     at = data.index(b"data")
     data[at + 4 : at + 8] = struct.pack("<I", 16_000 * 2)  # 1 s of 16-bit mono samples
     with pytest.raises(BadInput, match=r"header says 1\.0 s, but the file holds about 6\.0 s"):
-        open_audio(bytes(data), "cut.wav", params.infer.audio_limits)
+        open_audio(bytes(data), "cut.wav", params.infer.speech.audio_limits)
     # a WAV as written is read whole
-    assert open_audio(buf.getvalue(), "whole.wav", params.infer.audio_limits).size == 96_000
+    assert open_audio(buf.getvalue(), "whole.wav", params.infer.speech.audio_limits).size == 96_000
 
 
 def upright_system() -> Image.Image:
@@ -76,7 +76,7 @@ def test_a_phone_photo_stored_turned_is_read_upright(params: Params):
     exif[0x0112] = 6  # Orientation: rotate 90 CW to display
     buf = io.BytesIO()
     stored.save(buf, format="JPEG", exif=exif.tobytes(), quality=95)
-    read = open_image(buf.getvalue(), "photo.jpg", params.infer.image)
+    read = open_image(buf.getvalue(), "photo.jpg", params.infer.score.image)
     assert read.size == upright.size
     diff = np.abs(np.asarray(read, np.float32) - np.asarray(upright, np.float32)).mean()
     assert diff < 8, f"mean difference {diff:.1f} of 255: not the upright picture"
@@ -90,7 +90,7 @@ def test_image_formats_past_the_documented_six_are_refused(params: Params, fmt: 
     with Image.open(io.BytesIO(buf.getvalue())) as probe:  # Pillow itself reads them
         assert probe.format == fmt
     with pytest.raises(BadInput, match="is not an image: send a PNG, JPEG") as err:
-        open_image(buf.getvalue(), f"page.{fmt.lower()}", params.infer.image)
+        open_image(buf.getvalue(), f"page.{fmt.lower()}", params.infer.score.image)
     assert err.value.kind == "unsupported"
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from infer_tiny import SYSTEMS, TINY_INFER, params_file, render_systems, score_model
+from infer_tiny import SYSTEMS, TINY_INFER, merge, params_file, render_systems, score_model
 
 from sonfolio.cli import main
 from sonfolio.config.params import parse_params
@@ -131,7 +131,7 @@ def test_post_read_format_ly_with_a_hostile_upload_name_runs_no_scheme(
     tiny, lilypond, params, tmp_path
 ):
     raw = params.model_dump(mode="json")
-    raw["infer"].update(TINY_INFER)
+    merge(raw["infer"], TINY_INFER)
     cfg = parse_params(raw)
     app = create_app(cfg.infer, cfg.serve, tiny["model"], None, threads=1, device="cpu")
     with TestClient(app) as client:

@@ -29,13 +29,13 @@ import sonfolio.variants
 
 def test_an_image_over_max_pixels_gets_413_naming_the_param(server, params):
     client, _ = server
-    side = int(params.infer.image.max_pixels**0.5) + 100
+    side = int(params.infer.score.image.max_pixels**0.5) + 100
     # A real, highly compressible PNG: 45 M blank pixels in a few tens of KB.
     big = png(Image.new("1", (side, side), 1))
     assert len(big) < 1024 * 1024  # under max_upload_mb: the pixel limit is what refuses it
     r = post(client, "/read", "huge.png", big)
     assert r.status_code == 413, r.text
-    assert "infer.image.max_pixels" in r.json()["detail"]
+    assert "infer.score.image.max_pixels" in r.json()["detail"]
 
 
 def test_an_animated_gif_gets_415(server):

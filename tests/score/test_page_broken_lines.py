@@ -1,5 +1,5 @@
 """A staff whose lines a thresholded low-dpi scan or a worn print broke into dashes is still
-found (infer.page.line_gap_spaces bridges the gaps), and the bridging leaves alone every staff
+found (infer.score.page.line_gap_spaces bridges the gaps), and the bridging leaves alone every staff
 the cutter found before: a title's bold letters, bridged, make a bar as tall as they are,
 which must not become a staff line and pull the title into the first system."""
 
@@ -30,7 +30,7 @@ TITLE = "MIT DEM PFEIL DEM BOGEN"
 @pytest.fixture(scope="module", params=["pages_dpi", 100])
 def page(request, tmp_path_factory):
     """A chorale's bass part engraved as one A4 page (four systems) under a bold title, at the
-    data stage's dpi and at a low scan's 100: (page grey, the cutter's settings as infer.page
+    data stage's dpi and at a low scan's 100: (page grey, the cutter's settings as infer.score.page
     has them)."""
     params = load_params()
     [(_, score)] = pieces_from_file(Path(corpus.getWork("bach/bwv40.8")))
@@ -44,7 +44,7 @@ def page(request, tmp_path_factory):
         params.score_data.pages.dpi if request.param == "pages_dpi" else request.param, 60,
     )  # fmt: skip
     gray = np.asarray(Image.open(first.png).convert("L"))
-    return gray, params.infer.page
+    return gray, params.infer.score.page
 
 
 def _broken(gray: np.ndarray, rows: tuple[int, int], space: float) -> np.ndarray:

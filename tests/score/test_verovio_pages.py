@@ -94,7 +94,9 @@ def pages(musicxml):
 
 def scanned(page, params, seed, kinds):
     gray = scan_like(page.gray, VEROVIO_DPI, params.score_data.scan, seed, kinds)
-    level, _ = deskew(Image.fromarray(gray), params.infer.page.max_skew_deg, params.infer.image)
+    level, _ = deskew(
+        Image.fromarray(gray), params.infer.score.page.max_skew_deg, params.infer.score.image
+    )
     return np.asarray(level)
 
 
@@ -102,7 +104,7 @@ def scanned(page, params, seed, kinds):
 def test_a_scanned_or_photographed_page_is_cut_into_its_systems(pages, params, kind):
     """Each degradation at params.yaml's strength, and all of them at once, 3 seeds."""
     kinds = KINDS if kind == "all" else (kind,)
-    cfg = params.infer.page
+    cfg = params.infer.score.page
     for seed in range(3):
         for page, font in pages:
             gray = scanned(page, params, seed, kinds)
@@ -111,7 +113,7 @@ def test_a_scanned_or_photographed_page_is_cut_into_its_systems(pages, params, k
 
 def test_bent_staff_lines_need_the_strips(pages, params):
     """The control: without the strips a photographed page loses staves."""
-    flat = params.infer.page.model_copy(update={"strips": 1})
+    flat = params.infer.score.page.model_copy(update={"strips": 1})
     missed = sum(
         not cut_matches_layout(page, flat, scanned(page, params, seed, KINDS))
         for seed in range(3)

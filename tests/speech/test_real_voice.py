@@ -165,7 +165,7 @@ def models(params: Params, tmp_path_factory: pytest.TempPathFactory) -> dict[str
     """mute: says nothing (WER 1 exactly: every word deleted); babble: says "beau" to the
     decoding limit in every chunk (far more words than said: WER above 1)."""
     root = tmp_path_factory.mktemp("real_models")
-    # a 4-s window: infer.audio's search and overlap (2.5 s) must fit in one
+    # a 4-s window: infer.speech.audio's search and overlap (2.5 s) must fit in one
     mute = _restrict(save_speech(root / "mute", params, window_s=4), None)
     babble = save_speech(root / "babble", params, window_s=4)
     vocab = json.loads((babble / "tokenizer.json").read_text())["model"]["vocab"]
@@ -189,8 +189,9 @@ def _variants(tmp_path: Path, tuned: Path, exported: Path) -> list[Path]:
 def untrimmed(params):
     """params.infer without the loop trim: babble's "beau beau beau ..." is a decoding loop the
     trim keeps once, and its extra words are what make it read worse than mute."""
-    audio = params.infer.audio.model_copy(update={"max_repeats": 0})
-    return params.infer.model_copy(update={"audio": audio})
+    audio = params.infer.speech.audio.model_copy(update={"max_repeats": 0})
+    speech = params.infer.speech.model_copy(update={"audio": audio})
+    return params.infer.model_copy(update={"speech": speech})
 
 
 def test_a_variant_worse_than_the_base_is_marked_with_both_figures(

@@ -89,13 +89,13 @@ def test_probabilities_and_segments_are_faster_whispers(case: str, params: Param
     audio = clip(case)
     padded = np.pad(audio, (0, 512 - audio.size % 512))
     assert np.array_equal(silero.speech_probs(audio), get_vad_model()(padded))
-    for threshold in (params.infer.no_speech.vad_threshold, 0.3, 0.8):
+    for threshold in (params.infer.speech.no_speech.vad_threshold, 0.3, 0.8):
         assert silero.speech_segments(audio, threshold, 100) == theirs(audio, threshold)
 
 
 def test_the_cases_hold_what_they_say(params: Params) -> None:
     # So that the comparison above covers speech, pauses and no speech at all.
-    threshold = params.infer.no_speech.vad_threshold
+    threshold = params.infer.speech.no_speech.vad_threshold
     assert len(silero.speech_segments(clip("pauses"), threshold, 100)) == 3
     assert silero.speech_segments(clip("speech"), threshold, 100) != []
     for case in ("white noise", "pink noise", "silence"):
@@ -103,7 +103,7 @@ def test_the_cases_hold_what_they_say(params: Params) -> None:
 
 
 def test_speech_s_counts_faster_whispers_segments(params: Params) -> None:
-    cfg = params.infer.no_speech
+    cfg = params.infer.speech.no_speech
     audio = clip("pauses")
     expected = sum(end - start for start, end in theirs(audio, cfg.vad_threshold)) / SAMPLE_RATE
     assert speech_s(audio, cfg) == expected > 1.0
@@ -116,7 +116,7 @@ def test_speech_s_leaves_faster_whisper_unimported() -> None:
         "import numpy as np\n"
         "from sonfolio.config.params import load_params\n"
         "from sonfolio.speech.decode.voice import speech_s\n"
-        "cfg = load_params(Path('params.yaml')).infer.no_speech\n"
+        "cfg = load_params(Path('params.yaml')).infer.speech.no_speech\n"
         "noise = (0.3 * np.random.default_rng(0).standard_normal(80000)).astype(np.float32)\n"
         "print(speech_s(noise, cfg))\n"
         "print(' '.join(m for m in ('onnxruntime', 'faster_whisper', 'av', 'ctranslate2')"
@@ -139,4 +139,4 @@ def test_no_faster_whisper_is_named_with_the_fix(monkeypatch: pytest.MonkeyPatch
         silero.model_path()
     assert "faster-whisper package" in str(err.value)
     assert "pip install faster-whisper" in str(err.value)
-    assert "infer.no_speech.check: false" in str(err.value)
+    assert "infer.speech.no_speech.check: false" in str(err.value)

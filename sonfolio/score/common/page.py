@@ -21,7 +21,7 @@ scikit-image or scipy, and the open-source OMR tools that segment staves (e.g. o
 bring their own neural models. A staff line tilted by more than a fraction of a degree is
 broken into short runs, so a page is first straightened: the tilt (within `max_skew_deg`) that
 makes the ink's row profile sharpest is undone; the turned page is held to the same pixel
-limit as the upload (infer.image), checked before it is made.
+limit as the upload (infer.score.image), checked before it is made.
 """
 
 from __future__ import annotations
@@ -289,12 +289,13 @@ def deskew(image: Image.Image, max_deg: float, limits: ImageLimits) -> tuple[Ima
     copy is made (no allocation past the limit), and again on the copy.
 
     Raises:
-        BadInput: the turned page would be over infer.image's limits.
+        BadInput: the turned page would be over infer.score.image's limits.
     """
     angle = skew_deg(ink_mask(np.asarray(image)), max_deg)
     if abs(angle) < SKEW_STEP_DEG / 2:
         return image, 0.0
-    after = f"after straightening by {angle:.1f} degrees (infer.page.max_skew_deg: 0 skips it)"
+    skip = "infer.score.page.max_skew_deg: 0 skips it"
+    after = f"after straightening by {angle:.1f} degrees ({skip})"
     check_image_size(turned_size(image.size, angle), "the page", limits, after)
     level = image.rotate(angle, Image.Resampling.BICUBIC, expand=True, fillcolor=255)
     check_image_size(level.size, "the page", limits, after)

@@ -5,7 +5,7 @@ A system engraved alone shows its clef, key and time and nothing else; a line of
 shows LilyPond's own line breaking and spacing, a bar number, no time signature after the
 first line, a title above the first line. So a share of the pieces (score_data.pages) is also
 engraved whole, in LilyPond's default layout at a drawn paper and staff size, and cut by the
-page cutter (sonfolio.score.common.page, with score_data.pages.cut = infer.page's settings).
+page cutter (sonfolio.score.common.page, with score_data.pages.cut = infer.score.page's settings).
 
 Which bars landed on which line is proven, not guessed: sonfolio.score.common.pages reports each
 line's first and last moment from LilyPond's own layout, and every line must start and end on

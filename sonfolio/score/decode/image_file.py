@@ -45,8 +45,9 @@ def open_image(source: bytes | Path, name: str, limits: ImageLimits) -> Image.Im
         raise BadInput("empty", f"{name} is empty (0 bytes): send an image of a score")
     try:
         with warnings.catch_warnings():
-            # Pillow's warning (~89 M pixels) gives way to infer.image.max_pixels, checked below
-            # per call; its own error (~179 M, twice Image.MAX_IMAGE_PIXELS) still stops bigger.
+            # Pillow's warning (~89 M pixels) gives way to infer.score.image.max_pixels, checked
+            # below per call; its own error (~179 M, twice Image.MAX_IMAGE_PIXELS) still stops
+            # bigger.
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             # lazy: reads the header, decodes nothing yet
             img = Image.open(io.BytesIO(data), formats=PILLOW_FORMATS)
@@ -63,7 +64,7 @@ def open_image(source: bytes | Path, name: str, limits: ImageLimits) -> Image.Im
     except Image.DecompressionBombError as err:
         raise BadInput(
             "too_large",
-            f"{name}: {err}; infer.image.max_pixels is {limits.max_pixels:,}: scale it down",
+            f"{name}: {err}; infer.score.image.max_pixels is {limits.max_pixels:,}: scale it down",
         ) from None
     except (OSError, ValueError, SyntaxError, EOFError) as err:  # truncated or damaged data
         raise BadInput("corrupt", f"{name}: the image data is damaged ({err})") from None

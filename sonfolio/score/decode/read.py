@@ -62,32 +62,34 @@ def system_images(
 ) -> tuple[list[Box], list[Image.Image], float]:
     """Where the systems lie and their images: the whole image (page False), or the
     straightened page cut into systems (True: `cut_page`, each system's image its box with
-    `infer.page.own_ink_only`'s painting), or, with None, the latter only when it has more
+    `infer.score.page.own_ink_only`'s painting), or, with None, the latter only when it has more
     than one staff. Returns the boxes (in the turned image), the images and the turn applied."""
     whole = ([Box(0, 0, image.width, image.height)], [image], 0.0)
     if page is False:
         return whole
-    level, angle = deskew(image, cfg.page.max_skew_deg, cfg.image)
+    score = cfg.score
+    level, angle = deskew(image, score.page.max_skew_deg, score.image)
     gray = np.asarray(level)
     if page is None:
-        staves = len(find_staves(gray, cfg.page))
+        staves = len(find_staves(gray, score.page))
         log.info("%d staves found: %s", staves, "a page" if staves > 1 else "one system")
         if staves <= 1:
             return whole
     if angle:
         log.info("page straightened by %.1f degrees", angle)
-    systems = cut_page(gray, cfg.page)
+    systems = cut_page(gray, score.page)
     crops = [level_system(Image.fromarray(crop), cfg) for _, crop in systems]
     return [box for box, _ in systems], crops, angle
 
 
 def level_system(crop: Image.Image, cfg: Infer) -> Image.Image:
-    """A system's image straightened on its own (within infer.system_skew_deg, when tilted by
-    at least infer.system_skew_min_deg) and cut back to its ink: a photographed page's
+    """A system's image straightened on its own (within infer.score.system_skew_deg, when tilted
+    by at least infer.score.system_skew_min_deg) and cut back to its ink: a photographed page's
     perspective tilts its lines by different angles, so one turn of the page leaves some of
     them crooked, which the model never saw in training."""
-    level, angle = deskew(crop, cfg.system_skew_deg, cfg.image)
-    if not angle or abs(angle) < cfg.system_skew_min_deg:
+    score = cfg.score
+    level, angle = deskew(crop, score.system_skew_deg, score.image)
+    if not angle or abs(angle) < score.system_skew_min_deg:
         return crop
     ys, xs = np.nonzero(ink_mask(np.asarray(level)))
     if ys.size == 0:
@@ -135,7 +137,7 @@ def read_image(variant: Variant, image: Image.Image, page: bool | None, cfg: Inf
 
     Systems are read top to bottom, each in the time signature the one above leaves in force
     (canonical.time_after; the first: none known), which a system that prints none needs for
-    its bar checks; with `infer.constrained` the decoding itself keeps to the grammar
+    its bar checks; with `infer.score.constrained` the decoding itself keeps to the grammar
     (sonfolio.score.decode), else it is greedy and only checked.
     """
     boxes, crops, angle = system_images(image, page, cfg)
@@ -146,12 +148,12 @@ def read_image(variant: Variant, image: Image.Image, page: bool | None, cfg: Inf
     times: list[str | None] = []  # the time in force before each system
     time: str | None = None  # in force before the next system to decode
     for part in slices(len(crops), cfg.batch_size):
-        if cfg.constrained:
+        if cfg.score.constrained:
             batch = variant.generate(
-                pixels[part], cfg.score_max_tokens, times=Carry(time), constrained=True
+                pixels[part], cfg.score.max_tokens, times=Carry(time), constrained=True
             )
         else:
-            batch = variant.generate(pixels[part], cfg.score_max_tokens)
+            batch = variant.generate(pixels[part], cfg.score.max_tokens)
         for text in batch:
             texts.append(text.strip())
             times.append(time)

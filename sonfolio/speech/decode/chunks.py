@@ -64,7 +64,7 @@ def check_settings(window_s: float, cfg: AudioChunks) -> None:
     """Raises ValueError when search_s + overlap_s leave no progress within one window."""
     if cfg.search_s + cfg.overlap_s >= window_s:
         raise ValueError(
-            f"infer.audio.search_s + overlap_s = {cfg.search_s + cfg.overlap_s} s must be "
+            f"infer.speech.audio.search_s + overlap_s = {cfg.search_s + cfg.overlap_s} s must be "
             f"shorter than the model's window ({window_s} s): lower them"
         )
 

@@ -49,7 +49,7 @@ def model_path() -> Path:
     Raises:
         SileroMissing: faster-whisper is not installed, or its copy has no model file.
     """
-    fix = "pip install faster-whisper, or set infer.no_speech.check: false in params.yaml"
+    fix = "pip install faster-whisper, or set infer.speech.no_speech.check: false in params.yaml"
     spec = importlib.util.find_spec("faster_whisper")
     if spec is None or not spec.submodule_search_locations:
         raise SileroMissing(f"voice detection needs the faster-whisper package (its model): {fix}")

@@ -48,11 +48,11 @@ class ChunkText:
 
 def read_pieces(variant: Variant, pieces: list[np.ndarray], cfg: Infer) -> list[str]:
     """Each piece of audio (no longer than the window) read by `variant`, `cfg.batch_size` a
-    call, its decoding loops kept once (`infer.audio.max_repeats`).
+    call, its decoding loops kept once (`infer.speech.audio.max_repeats`).
 
     Pieces of similar length share a batch (a batch decodes until its longest text ends);
-    `infer.decode_workers` batches are decoded side by side (Variant.generate_batches), or
-    one batch alone left a core idle for most of a long recording's time
+    `infer.speech.decode_workers` batches are decoded side by side (Variant.generate_batches),
+    or one batch alone left a core idle for most of a long recording's time
     (benchmarks.longform measures it)."""
     order = sorted(range(len(pieces)), key=lambda i: pieces[i].size)
     parts = [order[part] for part in slices(len(order), cfg.batch_size)]
@@ -64,27 +64,31 @@ def read_pieces(variant: Variant, pieces: list[np.ndarray], cfg: Infer) -> list[
         ]
 
     batches = (features(part) for part in parts)
-    texts = variant.generate_batches(batches, cfg.speech_max_tokens, cfg.decode_workers)
+    texts = variant.generate_batches(batches, cfg.speech.max_tokens, cfg.speech.decode_workers)
     said = [""] * len(pieces)
     for part, read in zip(parts, texts, strict=True):
         for i, text in zip(part, read, strict=True):
-            said[i] = trim_repeats(text.strip(), cfg.audio.max_repeats)
+            said[i] = trim_repeats(text.strip(), cfg.speech.audio.max_repeats)
     return said
 
 
 def transcribe(variant: Variant, audio: np.ndarray, cfg: Infer) -> tuple[list[ChunkText], str]:
     """16 kHz mono float audio -> (each chunk's text, the whole text).
 
-    With `infer.no_speech.check`, a chunk in which no speech is heard is not decoded: its text
-    is empty and flagged `no_speech`, where Whisper would invent a sentence."""
+    With `infer.speech.no_speech.check`, a chunk in which no speech is heard is not decoded:
+    its text is empty and flagged `no_speech`, where Whisper would invent a sentence."""
     fe = variant.processor
-    chunks = plan_chunks(audio, SAMPLE_RATE, processor_window_s(fe), cfg.audio)
+    chunks = plan_chunks(audio, SAMPLE_RATE, processor_window_s(fe), cfg.speech.audio)
     if len(chunks) > 1:
         log.info("%.1f s of audio in %d chunks", audio.size / SAMPLE_RATE, len(chunks))
-    check = cfg.no_speech.check
-    heard = [not check or has_speech(audio[c.start : c.end], cfg.no_speech) for c in chunks]
+    check = cfg.speech.no_speech.check
+    heard = [not check or has_speech(audio[c.start : c.end], cfg.speech.no_speech) for c in chunks]
     if not all(heard):
-        log.info("%d of %d chunks hold no speech (infer.no_speech)", heard.count(False), len(heard))
+        log.info(
+            "%d of %d chunks hold no speech (infer.speech.no_speech)",
+            heard.count(False),
+            len(heard),
+        )
     spoken = [c for c, h in zip(chunks, heard, strict=True) if h]
     found = iter(read_pieces(variant, [audio[c.start : c.end] for c in spoken], cfg))
     texts = [next(found) if h else "" for h in heard]

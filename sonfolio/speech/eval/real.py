@@ -58,27 +58,29 @@ def eval_infer(cfg: SpeechEval, infer: Infer) -> Infer:
     """`infer` as the eval reads with it: speech_eval's batch size, decode workers and decoding
     limit, and every
     chunk decoded (voice detection may drop speech; the splits have none either)."""
-    quiet = infer.no_speech.model_copy(update={"check": False})
-    update = {
-        "batch_size": cfg.batch_size,
-        "decode_workers": cfg.decode_workers,
-        "speech_max_tokens": cfg.decode_max_tokens,
-    }
-    return infer.model_copy(update={**update, "no_speech": quiet})
+    quiet = infer.speech.no_speech.model_copy(update={"check": False})
+    speech = infer.speech.model_copy(
+        update={
+            "decode_workers": cfg.decode_workers,
+            "max_tokens": cfg.decode_max_tokens,
+            "no_speech": quiet,
+        }
+    )
+    return infer.model_copy(update={"batch_size": cfg.batch_size, "speech": speech})
 
 
 def read_clips(v: variants.Variant, rows: list[dict], data: Path, infer: Infer) -> list[str]:
     """Each clip's whole text as `sonfolio transcribe` reads a file (the same cuts where a clip
     outlasts the window, the same joins), the chunks of `infer.batch_size` x
-    `infer.decode_workers` clips read together (read_pieces: batches decoded side by side):
+    `infer.speech.decode_workers` clips read together (read_pieces: batches decoded side by side):
     one clip a call left the decoder's loop to run a batch of one."""
     window = processor_window_s(v.processor)
     texts: list[str] = []
     with progress() as bar:
         task = bar.add_task(f"{v.name}: reading the real voice", total=len(rows))
-        for group in batched(rows, infer.batch_size * infer.decode_workers):
+        for group in batched(rows, infer.batch_size * infer.speech.decode_workers):
             clips = [decode(data / r["audio"]) for r in group]
-            plans = [plan_chunks(x, SAMPLE_RATE, window, infer.audio) for x in clips]
+            plans = [plan_chunks(x, SAMPLE_RATE, window, infer.speech.audio) for x in clips]
             pieces = [
                 x[c.start : c.end] for x, plan in zip(clips, plans, strict=True) for c in plan
             ]

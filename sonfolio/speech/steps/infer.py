@@ -14,11 +14,11 @@ class SpeechInferFace:
         """Inference settings (params.yaml `infer`) that cannot work with this model.
 
         Raises:
-            ValueError: infer.audio's cuts do not fit the model's window.
+            ValueError: infer.speech.audio's cuts do not fit the model's window.
         """
         from sonfolio.speech.decode.chunks import check_settings, processor_window_s
 
-        check_settings(processor_window_s(processor), cfg.audio)
+        check_settings(processor_window_s(processor), cfg.speech.audio)
 
     def grammar(self) -> None:
         """None: transcripts are decoded greedily, with no grammar."""
