@@ -134,7 +134,7 @@ def test_editing_a_step_module_reruns_only_the_stages_that_import_it(recorded, m
     check_edit(recorded, module, *CODE_EDITS[module])
 
 
-# A setting of params.yaml `infer` and the stages `dvc status` marks when it changes (with
+# A setting of params.yaml `infer` (or one the evals read) and the stages `dvc status` marks when it changes (with
 # check_params, which validates the whole file and whose output stays the same): each track's
 # reading settings are their own section, so tuning how pages are cut or read costs eval@score
 # alone and never the minutes of eval@speech, and the other way round.
@@ -144,6 +144,9 @@ PARAM_EDITS = {
     ("infer", "speech", "audio", "pause_s"): {"eval@speech"},
     ("infer", "speech", "decode_workers"): {"eval@speech"},
     ("infer", "batch_size"): {"eval@score", "eval@speech"},
+    # the scan-like kinds make the score data's train pages and eval@score's held-out pages;
+    # the speech eval reads none of them
+    ("score_data", "scan", "skew_deg"): {"data@score", "eval@score"},
 }
 
 
