@@ -146,18 +146,34 @@ def _can_limit_memory() -> bool:
     return sys.platform == "linux"
 
 
-def _address_space() -> int:
-    """This process's address space, bytes (Linux's /proc/self/statm: pages, first field)."""
-    with open("/proc/self/statm", encoding="ascii") as f:
+def _address_space(pid: int | str = "self") -> int:
+    """A process's address space, bytes (Linux's /proc/<pid>/statm: pages, first field)."""
+    with open(f"/proc/{pid}/statm", encoding="ascii") as f:
         return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _soft_address_limit(pid: int | str = "self") -> int | None:
+    """A process's soft RLIMIT_AS in bytes (Linux's /proc/<pid>/limits); None: unlimited."""
+    with open(f"/proc/{pid}/limits", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("Max address space"):
+                soft = line[len("Max address space") :].split()[0]
+                return None if soft == "unlimited" else int(soft)
+    return None
+
+
+_allowance: int | None = None  # in a worker under `_limit_memory`: the bytes it may add
 
 
 def _limit_memory(memory_mb: float | None) -> None:
     """In a worker: let it grow by `memory_mb` of address space past its size now (what the
     fork gave it: the stage's imports), never past the hard limit it inherited."""
+    global _allowance
     if memory_mb is None:
         return
     import resource
+
+    _allowance = int(memory_mb * _MB)
 
     size = _address_space()
     _, hard = resource.getrlimit(resource.RLIMIT_AS)
@@ -167,22 +183,34 @@ def _limit_memory(memory_mb: float | None) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
-def near_memory_limit(margin: float = 0.1) -> bool:
-    """Whether this process's address space is within `margin` (a fraction of the limit) of
-    its soft RLIMIT_AS (a worker under `_limit_memory`); False with no limit.
+def near_memory_limit(
+    margin: float = 0.1, pid: int | str = "self", allowance: int | None = None
+) -> bool:
+    """Whether a process's address space (this one's, or a worker's by `pid`) is within
+    `margin` of its soft RLIMIT_AS (a worker under `_limit_memory`); False with no limit, or
+    when the process is gone. The margin is a fraction of what the worker may add past its
+    size at start (`allowance`, bytes; in a worker, its own), else of the whole limit: a
+    worker forked from a large process (the test suite's: several GB of address space) may
+    add 200 MB, and a tenth of the whole would call it near before it grew at all.
 
     An allocation refused by the limit does not always surface as MemoryError: a C
     extension's own error or a thread that cannot get its stack raise something else (a
     fresh clone's test saw a parse past parse_memory_mb counted unparsable on a loaded
-    machine). An error raised this close to the limit is one of those."""
+    machine), and code that catches every Exception may go on failing to allocate until its
+    time limit (the same test, in the whole suite beside the main command, saw it counted a
+    timeout after 600 s). An error raised, or a worker stopped, this close to the limit is
+    one of those."""
     if not _can_limit_memory():
         return False
-    import resource
-
-    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-    if soft == resource.RLIM_INFINITY:
+    if allowance is None and pid == "self":
+        allowance = _allowance
+    try:
+        soft = _soft_address_limit(pid)
+        if soft is None:
+            return False
+        return _address_space(pid) >= soft - margin * (allowance or soft)
+    except (OSError, ValueError):  # the process ended meanwhile
         return False
-    return _address_space() >= soft * (1 - margin)
 
 
 @dataclass
@@ -191,6 +219,7 @@ class _Worker(Generic[T]):
     conn: Connection
     job: tuple[int, T] | None = None
     deadline: float = field(default=float("inf"))
+    allowance: int | None = None  # bytes it may add past its size at start (memory_limit_mb)
 
     def stop(self) -> None:
         """SIGTERM (the worker's handler runs its `finally` blocks), then SIGKILL."""
@@ -209,7 +238,9 @@ def _start(fn: Callable[[T], R], memory_mb: float | None) -> _Worker[T]:
     process = ctx.Process(target=_work, args=(child_end, fn, os.getpid(), memory_mb), daemon=True)
     process.start()
     child_end.close()
-    return _Worker(process, parent_end)
+    return _Worker(
+        process, parent_end, allowance=None if memory_mb is None else int(memory_mb * _MB)
+    )
 
 
 def _work(conn: Connection, fn: Callable[[Any], Any], parent: int, memory_mb: float | None) -> None:
@@ -345,7 +376,9 @@ def _collect(w: _Worker[T], lost: Callable[[T, str], R] | None) -> tuple[int, R,
     elif not w.process.is_alive():
         reason = "worker_died"
     elif time.monotonic() >= w.deadline:
-        reason = "timeout"
+        # stopped at its memory ceiling, it is too large, not slow (near_memory_limit)
+        near = near_memory_limit(pid=w.process.pid, allowance=w.allowance)
+        reason = OUT_OF_MEMORY if near else "timeout"
     if reason is None:
         return None
     w.job = None

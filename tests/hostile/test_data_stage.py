@@ -414,12 +414,43 @@ def test_an_error_raised_at_the_memory_limit_counts_as_memory_not_unparsable(mon
     def fails() -> None:
         raise RuntimeError("can't start new thread")
 
-    monkeypatch.setattr(parse, "near_memory_limit", lambda: True)
+    monkeypatch.setattr(parse, "near_memory_limit", lambda **_: True)
     with pytest.raises(MemoryError, match="RuntimeError at the memory limit"):
         parse._parse(Path("mine/big.krn"), fails)
-    monkeypatch.setattr(parse, "near_memory_limit", lambda: False)
+    monkeypatch.setattr(parse, "near_memory_limit", lambda **_: False)
     with pytest.raises(parse.SourceError, match="unparsable"):
         parse._parse(Path("mine/big.krn"), fails)
+
+
+def _hoard_then_wait(item: str) -> str:
+    """In a pool worker: "hoard" takes memory until the limit refuses it and, as code that
+    catches every Exception does, goes on waiting at the ceiling; "wait" only waits."""
+    held = []
+    if item == "hoard":
+        with contextlib.suppress(MemoryError):
+            while True:
+                held.append(bytearray(1 << 20))
+    time.sleep(120)  # past the pool's time limit either way
+    return item
+
+
+def test_a_worker_stopped_at_its_memory_ceiling_counts_as_memory_not_time():
+    """A worker that reaches its memory limit and is then stopped by the time limit counts
+    as memory (the piece too_large, naming parse_memory_mb), one that is only slow as time."""
+    from sonfolio.parallel import OUT_OF_MEMORY, pool_map
+
+    reasons = list(
+        pool_map(
+            _hoard_then_wait,
+            ["hoard", "wait"],
+            2,
+            "test",
+            time_limit_s=20,  # the hoard takes ~0.1 s quiet: far, on a busy machine too
+            memory_limit_mb=64,
+            lost=lambda _item, reason: reason,
+        )
+    )
+    assert reasons == [OUT_OF_MEMORY, "timeout"]
 
 
 @pytest.mark.parametrize(("room_mb", "near"), [(1, True), (100_000, False)])

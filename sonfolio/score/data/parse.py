@@ -233,7 +233,9 @@ def _parse(where: Path | str, parse: Callable[[], stream.Stream]) -> stream.Stre
     except MemoryError:  # past parse_memory_mb: its worker reports it (too_large), not here
         raise
     except Exception as exc:  # music21 raises many unrelated types on bad input
-        if near_memory_limit():  # the limit refused an allocation under another name
+        # the limit refused an allocation under another name; a quarter of the allowance,
+        # as one refused block (a list or array music21 grows) may be tens of MB
+        if near_memory_limit(margin=0.25):
             raise MemoryError(f"{where}: {type(exc).__name__} at the memory limit") from exc
         raise SourceError(where, "unparsable", f"{type(exc).__name__}: {exc}") from exc
 
