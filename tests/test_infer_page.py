@@ -167,6 +167,30 @@ def test_ink_far_from_both_staves_between_them_goes_with_none_when_own_ink_only(
     assert second.top > 156
 
 
+@pytest.mark.parametrize("own_ink_only", [True, False])
+def test_ink_beside_a_short_last_line_is_not_its_when_own_ink_only(params, own_ink_only):
+    """Verovio leaves a last line short; a scan's bleed-through beside it, in its rows, once
+    stretched its image to the page's width (its music read a third as large). With
+    own_ink_only the line's box ends at its lines, its notes kept, and a ghost stroke from
+    beside it up to the staff above goes with neither; without, the boxes take the ghosts in,
+    as the data stage cuts its train pages."""
+    page = np.full((360, 500), 255, np.uint8)
+    _staff(page, 60)  # lines 50-450
+    for k in range(5):  # the short last line: 15 spaces, 50-200
+        page[200 + 10 * k : 202 + 10 * k, 50:200] = 0
+    page[196:246, 197:200] = 0  # its final bar line
+    page[224:232, 180:190] = 0  # a note just before it
+    page[212:218, 330:338] = 0  # a ghost in its rows, 13 spaces beside it
+    page[108:215, 400:402] = 0  # a ghost stroke from under the staff above into those rows
+    cfg = params.infer.score.page.model_copy(update={"own_ink_only": own_ink_only})
+    (first, _), (second, image) = cut_page(page, cfg)
+    if own_ink_only:
+        assert 200 <= second.right <= 215 and first.bottom < 108
+        assert image[228 - second.top, 185 - second.left] == 0  # the note is kept
+    else:
+        assert second.right >= 402
+
+
 def test_over_the_first_staff_a_ledger_line_leads_on_a_title_word_does_not(params):
     """own_ink_only: a whole note on the third ledger line over the first staff is taken, line
     by line (each ledger line 1 space over the last); a title whose one word lies within reach

@@ -283,9 +283,14 @@ def owners(
     piece_of: np.ndarray,
     staves: list[Staff],
     strict: bool = False,
+    columns: list[tuple[int, int]] | None = None,
 ) -> tuple[list[list[Piece]], np.ndarray]:
     """Each staff's pieces, and each ink pixel's staff (an index into `staves`, -1 for
-    none; in np.nonzero(mask) order, as `piece_of`). A piece that crosses staves is split
+    none; in np.nonzero(mask) order, as `piece_of`). A piece crosses a staff when it lies in
+    the staff's rows and, given `columns` (each staff's first and after-last column), within
+    its columns too; one in a staff's rows beside its columns (a scan's bleed-through beside a
+    short last line) then goes with none, neither that staff nor, link by link, its
+    neighbour. A piece that crosses staves is split
     between them at the middle of each gap; a piece is kept only within REACH spaces of its
     staff. The others are taken in rounds: a piece within ATTACH spaces of the ink a staff
     holds in its columns goes with that staff (the nearer of two), so a ledger-line stack or
@@ -310,10 +315,13 @@ def owners(
     kept: dict[int, Piece] = {}  # a taken piece's index: the piece as its staff holds it
     free = []
     for k, piece in enumerate(pieces):
+        rows = [i for i, s in enumerate(staves) if piece.top <= s.bottom and piece.bottom >= s.top]
         crossed = [
-            i for i, s in enumerate(staves) if piece.top <= s.bottom and piece.bottom >= s.top
+            i
+            for i in rows
+            if columns is None or (piece.left < columns[i][1] and piece.right > columns[i][0])
         ]
-        if not crossed:
+        if not rows:
             free.append(piece)
         for i in crossed:
             reach = round(REACH * staves[i].space)

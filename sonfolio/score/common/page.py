@@ -9,12 +9,13 @@ whose ink lies within ATTACH spaces in the piece's columns, so that ledger-line 
 text over the notes follow their staff link by link; what is left between two staves goes with
 the nearer. Above the first staff and below the last, pieces near nothing (a title, a page
 number, a footer) and header text aligned to the margins (a composer, a poet) go with none.
-A box is the ink of its staff's pieces. With `own_ink_only`, ownership is strict (what is left
-between two staves goes with none; the words of a title that the first staff took in over its
-high notes go with none, told by their size or by their line's other words; over the first
-staff only a ledger line leads on to the next piece: ink.owners), and the system's image is
-its box with every other ink pixel (a title, the next staff's low notes, a scan's
-bleed-through) painted over in the paper's grey.
+A box is the ink of its staff's pieces. With `own_ink_only`, ownership is strict (a staff
+crosses only the columns of its lines, so ink beside a short last line in its rows is not
+its; what is left between two staves goes with none; the words of a title that the first
+staff took in over its high notes go with none, told by their size or by their line's other
+words; over the first staff only a ledger line leads on to the next piece: ink.owners), and
+the system's image is its box with every other ink pixel (a title, the next staff's low
+notes, a scan's bleed-through) painted over in the paper's grey.
 
 Written here with numpy because no installed library does it: the environment has no OpenCV,
 scikit-image or scipy, and the open-source OMR tools that segment staves (e.g. oemer, homr)
@@ -64,6 +65,14 @@ BRIDGED_LINE_SPACES = 0.6
 # LINE_SPACING_TOLERANCE): bridged, the serifs and bars of a title in capitals make thin rows
 # about as far apart as staff lines (7.8 px against a 10.4 px staff on a train page)
 BRIDGED_SPACE_TOLERANCE = 0.1
+# With `own_ink_only`, a staff reaches across the columns of the runs of ink in its rows at least
+# STAFF_RUN_SPACES staff spaces long (its lines; gaps up to line_gap_spaces bridged), and
+# STAFF_END_SPACES beyond them either side (`staff_columns`): ink in its rows past that (a
+# scan's bleed-through beside a short last line, which stretched the line's image to the
+# page's width) is not its. A note on the staff lies over its lines; a bracket or a repeat's
+# dots lie within a space of their ends.
+STAFF_RUN_SPACES = 4.0
+STAFF_END_SPACES = 1.0
 
 
 @dataclass(frozen=True)
@@ -323,7 +332,8 @@ def cut_page(gray: np.ndarray, cfg: PageSplit) -> list[tuple[Box, np.ndarray]]:
     holds in its columns (pieces taken nearest first) and is not aligned as header text, so a
     title, a composer, a copyright line or a page number is left out, on a page of one system
     too. A box is the ink of its staff's pieces. Its image is the page within the box; with
-    `cfg.own_ink_only`, ownership is strict (`owners`) and ink that went with another staff or
+    `cfg.own_ink_only`, ownership is strict (`owners`; a staff crosses only the columns its
+    lines reach, `staff_columns`) and ink that went with another staff or
     with none is painted over in the paper's grey (`_own_ink`). A page with ink but no staff
     found is one box around all of it (with a warning).
     """
@@ -338,12 +348,31 @@ def cut_page(gray: np.ndarray, cfg: PageSplit) -> list[tuple[Box, np.ndarray]]:
         box = _padded(Piece(int(ys.min()), int(ys.max()), int(xs.min()), int(xs.max()) + 1), h, w)
         return [(box, _crop(gray, box))]
     pieces, piece_of = ink_pieces(mask, min(s.space for s in staves))
-    held, staff_of = owners(pieces, mask, piece_of, staves, strict=cfg.own_ink_only)
+    columns = [staff_columns(mask, s, cfg) for s in staves] if cfg.own_ink_only else None
+    held, staff_of = owners(
+        pieces, mask, piece_of, staves, strict=cfg.own_ink_only, columns=columns
+    )
     boxes = [_padded(span(mine), h, w) for mine in held]
     if not cfg.own_ink_only:
         return [(box, _crop(gray, box)) for box in boxes]
     ys, xs = np.nonzero(mask)  # staff_of's order
     return [(box, _own_ink(gray, mask, (ys, xs, staff_of), i, box)) for i, box in enumerate(boxes)]
+
+
+def staff_columns(mask: np.ndarray, staff: Staff, cfg: PageSplit) -> tuple[int, int]:
+    """The columns (first, after last) a staff reaches: those of the runs of ink in its rows at
+    least STAFF_RUN_SPACES spaces long (its lines, gaps up to `cfg.line_gap_spaces` bridged,
+    as `page_staves` finds a broken staff), STAFF_END_SPACES more either side."""
+    band = mask[staff.top : staff.bottom + 1]
+    if cfg.line_gap_spaces > 0:
+        band = shift_or(band, max(1, round(cfg.line_gap_spaces * staff.space)), axis=1)
+    _, starts, ends = runs(band)
+    lines = ends - starts >= STAFF_RUN_SPACES * staff.space
+    width = mask.shape[1]
+    if not lines.any():  # a staff is found from such runs: the whole width, to be safe
+        return 0, width
+    end = round(STAFF_END_SPACES * staff.space)
+    return max(0, int(starts[lines].min()) - end), min(width, int(ends[lines].max()) + end)
 
 
 def _crop(gray: np.ndarray, box: Box) -> np.ndarray:
