@@ -173,14 +173,17 @@ def test_ink_beside_a_short_last_line_is_not_its_when_own_ink_only(params, own_i
     stretched its image to the page's width (its music read a third as large). With
     own_ink_only the line's box ends at its lines, its notes kept, and a ghost stroke from
     beside it up to the staff above goes with neither; without, the boxes take the ghosts in,
-    as the data stage cuts its train pages."""
+    as the data stage cuts its train pages. Lines worn through in all five at once for 2
+    spaces still hold the staff's columns past the break."""
     page = np.full((360, 500), 255, np.uint8)
     _staff(page, 60)  # lines 50-450
-    for k in range(5):  # the short last line: 15 spaces, 50-200
+    for k in range(5):  # the short last line: 15 spaces, 50-200, worn through 120-140
         page[200 + 10 * k : 202 + 10 * k, 50:200] = 0
+        page[200 + 10 * k : 202 + 10 * k, 120:140] = 255
     page[196:246, 197:200] = 0  # its final bar line
-    page[224:232, 180:190] = 0  # a note just before it
+    page[224:232, 180:190] = 0  # a note just before it, past the worn part
     page[212:218, 330:338] = 0  # a ghost in its rows, 13 spaces beside it
+    page[220:222, 250:310] = 0  # the back's staff line showing through, 6 spaces long
     page[108:215, 400:402] = 0  # a ghost stroke from under the staff above into those rows
     cfg = params.infer.score.page.model_copy(update={"own_ink_only": own_ink_only})
     (first, _), (second, image) = cut_page(page, cfg)

@@ -66,12 +66,15 @@ BRIDGED_LINE_SPACES = 0.6
 # about as far apart as staff lines (7.8 px against a 10.4 px staff on a train page)
 BRIDGED_SPACE_TOLERANCE = 0.1
 # With `own_ink_only`, a staff reaches across the columns of the runs of ink in its rows at least
-# STAFF_RUN_SPACES staff spaces long (its lines; gaps up to line_gap_spaces bridged), and
+# STAFF_RUN_SPACES staff spaces long (its lines; gaps up to line_gap_spaces bridged), those
+# that follow on from its longest one with less than STAFF_GAP_SPACES between them, and
 # STAFF_END_SPACES beyond them either side (`staff_columns`): ink in its rows past that (a
-# scan's bleed-through beside a short last line, which stretched the line's image to the
-# page's width) is not its. A note on the staff lies over its lines; a bracket or a repeat's
-# dots lie within a space of their ends.
+# scan's bleed-through beside a short last line, the back's staff lines among it, which
+# stretched the line's image to the page's width) is not its. A note on the staff lies over
+# its lines; a bracket or a repeat's dots lie within a space of their ends; a staff's lines
+# broken by a worn print leave no gap of 3 spaces in all five at once.
 STAFF_RUN_SPACES = 4.0
+STAFF_GAP_SPACES = 3.0
 STAFF_END_SPACES = 1.0
 
 
@@ -362,7 +365,8 @@ def cut_page(gray: np.ndarray, cfg: PageSplit) -> list[tuple[Box, np.ndarray]]:
 def staff_columns(mask: np.ndarray, staff: Staff, cfg: PageSplit) -> tuple[int, int]:
     """The columns (first, after last) a staff reaches: those of the runs of ink in its rows at
     least STAFF_RUN_SPACES spaces long (its lines, gaps up to `cfg.line_gap_spaces` bridged,
-    as `page_staves` finds a broken staff), STAFF_END_SPACES more either side."""
+    as `page_staves` finds a broken staff) that follow on from the longest with gaps under
+    STAFF_GAP_SPACES, STAFF_END_SPACES more either side."""
     band = mask[staff.top : staff.bottom + 1]
     if cfg.line_gap_spaces > 0:
         band = shift_or(band, max(1, round(cfg.line_gap_spaces * staff.space)), axis=1)
@@ -371,8 +375,18 @@ def staff_columns(mask: np.ndarray, staff: Staff, cfg: PageSplit) -> tuple[int, 
     width = mask.shape[1]
     if not lines.any():  # a staff is found from such runs: the whole width, to be safe
         return 0, width
+    starts, ends = starts[lines], ends[lines]
+    longest = int(np.argmax(ends - starts))
+    first, last = int(starts[longest]), int(ends[longest])
+    gap = STAFF_GAP_SPACES * staff.space
+    while True:  # take in the runs that reach within `gap` of the columns held so far
+        near = (starts < last + gap) & (ends > first - gap)
+        grown = int(starts[near].min()), int(ends[near].max())
+        if grown == (first, last):
+            break
+        first, last = grown
     end = round(STAFF_END_SPACES * staff.space)
-    return max(0, int(starts[lines].min()) - end), min(width, int(ends[lines].max()) + end)
+    return max(0, first - end), min(width, last + end)
 
 
 def _crop(gray: np.ndarray, box: Box) -> np.ndarray:
