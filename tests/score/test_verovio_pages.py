@@ -5,6 +5,7 @@ each system's staff lines are)."""
 from __future__ import annotations
 
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -76,6 +77,35 @@ def test_systems_number_their_measures_in_order(musicxml):
     (page,) = engrave_pages(musicxml["two_systems"], "Bravura")
     numbers = [int(n) for s in page.systems for n in s.measures]
     assert numbers == sorted(numbers) and len(numbers) == len(set(numbers))
+
+
+def test_a_bar_number_is_drawn_in_the_projects_text_font_never_the_machines(monkeypatch):
+    """Verovio's text (a bar number) is rendered in matplotlib's STIX fonts, with resvg told to
+    load none of the machine's: a machine with no fonts drew no bar numbers, and installing
+    some changed a third of the data stage's images (so the model depended on them)."""
+    import resvg_py
+
+    from sonfolio.score.common import verovio
+
+    calls = []
+    render = resvg_py.svg_to_bytes
+
+    def spy(**kwargs):
+        calls.append(kwargs)
+        return render(**kwargs)
+
+    monkeypatch.setattr(resvg_py, "svg_to_bytes", spy)
+    text = "\\clef treble \\key g \\major \\time 3/4 d''4 b'8 c''8 d''4 | g'4 a'8 b'8 c''4"
+    numbered = verovio.engrave_system(text, "Leipzig", first_bar=13)
+    plain = verovio.engrave_system(text, "Leipzig")  # bar 1: no number printed
+    assert numbered.shape == plain.shape
+    number = numbered.astype(int) - plain.astype(int) < -128  # ink only the number has
+    assert number.sum() > 50
+    ys, _ = np.nonzero(number)
+    top_line = np.flatnonzero(longest_runs(ink_mask(plain)) > 0.5 * plain.shape[1])[0]
+    assert ys.max() < top_line  # over the staff, where Verovio prints it
+    assert calls and all(c["skip_system_fonts"] for c in calls)
+    assert all(Path(f).name.startswith("STIXGeneral") for c in calls for f in c["font_files"])
 
 
 def test_an_unknown_font_is_named():
