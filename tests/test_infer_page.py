@@ -194,6 +194,44 @@ def test_ink_beside_a_short_last_line_is_not_its_when_own_ink_only(params, own_i
         assert second.right >= 402
 
 
+def test_bleed_through_taken_link_by_link_under_the_last_staff_is_cut_at_its_reach(params):
+    """A scan's bleed-through under the last staff: ghost specks each within a space of the
+    one above, from a note's reach of the lines down to 7.5 spaces under them, are taken link
+    by link. infer.score.page.reach_spaces (6) cuts them there, so the box holds the system,
+    not a tall image that the reading shrinks; the note next to the staff is kept."""
+    page = np.full((360, 500), 255, np.uint8)
+    _staff(page, 60)
+    _staff(page, 180)  # its bottom line: rows 220-221
+    for top in (226, 242, 258, 274, 290):  # 8 px specks 8 px (0.8 space) apart: 226-297
+        page[top : top + 8, 300:308] = 0
+    cfg = params.infer.score.page
+    assert cfg.reach_spaces == 6
+    [_, (box, image)] = cut_page(page, cfg)
+    assert 229 <= box.bottom <= 221 + 6 * 10 + 3  # within 6 spaces (and the padding)
+    assert (image[226 - box.top : 234 - box.top, 300 - box.left : 308 - box.left] == 0).all()
+    [_, (wide, _)] = cut_page(page, cfg.model_copy(update={"reach_spaces": 10}))
+    assert wide.bottom >= 297  # the old reach took the whole chain
+
+
+def test_whole_notes_on_five_ledger_lines_are_kept_whole_within_the_reach(params):
+    """A LilyPond system whose whole notes stand on the fifth ledger line over the staff and
+    under it (B6 and B2 in the treble clef; no stem joins them to the staff, so they are taken
+    ledger line by ledger line) is boxed whole on a page by the default reach: none of its ink
+    is cut off. (Stemmed notes on six ledger lines: tests/test_infer_page_layouts.py.)"""
+    high_low = r"\clef treble \key c \major \time 4/4 b'''1 | b,1 | g'4 a'4 b'4 c''4 | d''1"
+    images = render_systems([SYSTEMS[0], high_low, SYSTEMS[2]])
+    page, spans = stack(images, gap=40)
+    boxes = split_page(np.asarray(page), params.infer.score.page)
+    assert len(boxes) == 3
+    ink = np.asarray(images[1]) < 128
+    lines = np.nonzero(ink.sum(axis=1) > ink.shape[1] // 2)[0]  # the staff's five lines' rows
+    space = (lines.max() - lines.min()) / 4
+    rows = np.nonzero(ink.any(axis=1))[0]
+    assert rows.min() < lines.min() - 5 * space and rows.max() > lines.max() + 5 * space
+    top, bottom = spans[1][0] + int(rows.min()), spans[1][0] + int(rows.max())
+    assert boxes[1].top <= top and boxes[1].bottom >= bottom
+
+
 def test_over_the_first_staff_a_ledger_line_leads_on_a_title_word_does_not(params):
     """own_ink_only: a whole note on the third ledger line over the first staff is taken, line
     by line (each ledger line 1 space over the last); a title whose one word lies within reach

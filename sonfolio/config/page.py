@@ -27,6 +27,11 @@ class PageSplit(Strict):
     # looked for again (a worn, thresholded or low-dpi print breaks them into dashes); 0: off
     line_gap_spaces: Annotated[float, Field(ge=0.0, le=2.0)]
     max_skew_deg: Annotated[float, Field(ge=0.0, le=10.0)]  # tilt straightened before cutting
+    # how far (staff spaces) above and below its lines a staff keeps ink that does not cross
+    # them (taken link by link: a whole note's ledger lines, a scan's bleed-through), cut there
+    # so ghost print under a line does not stretch its box (the reading then shrinks it); ink
+    # crossing the lines is kept within 10 (ink.CROSSING_REACH)
+    reach_spaces: Annotated[float, Field(gt=0.0, le=100.0)]
     # each system's image keeps only its own staff's ink: ink another staff owns or none does
     # (a title, a neighbour's low notes, a scan's bleed-through between the staves) is painted
     # over in the paper's grey; and ownership is strict (ink.owners' `strict`): what lies far

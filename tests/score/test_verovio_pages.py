@@ -27,6 +27,7 @@ CUT = PageSplit(
     strips=8,
     line_gap_spaces=0.5,
     max_skew_deg=2,
+    reach_spaces=6,
     own_ink_only=True,
 )
 # bwv101.7's alto: Verovio leaves its last system one bar long, at its natural width

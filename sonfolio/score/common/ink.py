@@ -45,12 +45,10 @@ TITLE_WORD = (2.0, 2.0, 0.25)
 LETTER_TALL = 1.2
 LINE_ROWS = 1.0
 BASELINE = 0.35  # a letter's bottom this near its neighbour's (spaces): on one baseline
-# How far (spaces) a staff's pieces are kept above and below it: a note on eight ledger lines
-# reaches ~9 (its stem points to the staff), lyrics and dynamics ~4; a scan's page edge, fold
-# or curl shadow that runs through or from a staff down the page is cut here instead of
-# stretching the system's box towards the page's foot (the system then shrunk to a sliver when
-# read: 16 still left a short last line of a scan-like page unread)
-REACH = 10.0
+# How far (spaces) a piece that crosses a staff's lines is kept above and below them: a note on
+# eight ledger lines, its stem reaching to the staff, reaches ~9; a page edge running down the
+# page from a staff is cut here
+CROSSING_REACH = 10.0
 
 
 def runs(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -282,26 +280,31 @@ def owners(
     mask: np.ndarray,
     piece_of: np.ndarray,
     staves: list[Staff],
+    *,
+    reach: float,
     strict: bool = False,
     columns: list[tuple[int, int]] | None = None,
 ) -> tuple[list[list[Piece]], np.ndarray]:
-    """Each staff's pieces, and each ink pixel's staff (an index into `staves`, -1 for
-    none; in np.nonzero(mask) order, as `piece_of`). A piece crosses a staff when it lies in
-    the staff's rows and, given `columns` (each staff's first and after-last column), within
-    its columns too; one in a staff's rows beside its columns (a scan's bleed-through beside a
-    short last line) then goes with none, neither that staff nor, link by link, its
-    neighbour. A piece that crosses staves is split
-    between them at the middle of each gap; a piece is kept only within REACH spaces of its
-    staff. The others are taken in rounds: a piece within ATTACH spaces of the ink a staff
-    holds in its columns goes with that staff (the nearer of two), so a ledger-line stack or
-    a fingering over a note follows it link by link; what is left between two staves then
-    goes with the staff whose ink is nearer (`strict`: with none, as the bleed-through and
-    specks a scan leaves there); what is left above the first staff or below the last (a
-    title, a footer, a page number) with none; `strict`, so do the first staff's pieces above
-    it that are words of a text line left with none (`_title_words`), and over the first staff
-    only a ledger line leads on to the next piece (`LINE_LIKE`), and the letters of that text
-    line joined to the notes go with none (`_title_letters`; the first staff's box is then its
-    ink's). Header text above the first staff (`_header`) goes with none however near."""
+    """Each staff's pieces, and each ink pixel's staff (an index into `staves`, -1 for none; in
+    np.nonzero(mask) order, as `piece_of`). A piece crosses a staff when it lies in the staff's
+    rows and, given `columns` (each staff's first and after-last column), within its columns
+    too; one in a staff's rows beside its columns (a scan's bleed-through beside a short last
+    line) then goes with none, neither that staff nor, link by link, its neighbour. A piece
+    that crosses staves is split between them at the middle of each gap; a piece that crosses a
+    staff's lines is kept within CROSSING_REACH spaces of them, one taken in the rounds below
+    within `reach` (PageSplit.reach_spaces: a whole note on the fifth ledger line reaches 5.5,
+    lyrics and dynamics ~4; a scan's bleed-through taken link by link under a line, or a page
+    edge running down from near it, is cut there). The others are taken in rounds: a piece
+    within ATTACH spaces of the ink a staff holds in its columns goes with that staff (the
+    nearer of two), so a ledger-line stack or a fingering over a note follows it link by link;
+    what is left between two staves then goes with the staff whose ink is nearer (`strict`:
+    with none, as the bleed-through and specks a scan leaves there); what is left above the
+    first staff or below the last (a title, a footer, a page number) with none; `strict`, so do
+    the first staff's pieces above it that are words of a text line left with none
+    (`_title_words`), and over the first staff only a ledger line leads on to the next piece
+    (`LINE_LIKE`), and the letters of that text line joined to the notes go with none
+    (`_title_letters`; the first staff's box is then its ink's). Header text above the first
+    staff (`_header`) goes with none however near."""
     h, w = mask.shape
     held: list[list[Piece]] = [[] for _ in staves]
     edges = [-1, *[(a.bottom + b.top) // 2 for a, b in zip(staves, staves[1:], strict=False)], h]
@@ -324,9 +327,9 @@ def owners(
         if not rows:
             free.append(piece)
         for i in crossed:
-            reach = round(REACH * staves[i].space)
-            top = max(piece.top, staves[i].top - reach)
-            bottom = min(piece.bottom, staves[i].bottom + reach)
+            reach_px = round(CROSSING_REACH * staves[i].space)
+            top = max(piece.top, staves[i].top - reach_px)
+            bottom = min(piece.bottom, staves[i].bottom + reach_px)
             if len(crossed) > 1:  # joined across a gap: each staff keeps its side
                 top, bottom = max(top, edges[i] + 1), min(bottom, edges[i + 1])
             held[i].append(Piece(top, bottom, piece.left, piece.right))
@@ -345,9 +348,9 @@ def owners(
         ]
 
     def take(piece: Piece, i: int) -> None:
-        reach = round(REACH * staves[i].space)  # a line down the page that starts near
-        top = max(piece.top, staves[i].top - reach)  # the staff's ink is cut too
-        bottom = min(piece.bottom, staves[i].bottom + reach)
+        reach_px = round(reach * staves[i].space)  # a line down the page that starts near
+        top = max(piece.top, staves[i].top - reach_px)  # the staff's ink is cut too
+        bottom = min(piece.bottom, staves[i].bottom + reach_px)
         if top > bottom:
             return
         k = index[id(piece)]

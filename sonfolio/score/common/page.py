@@ -353,7 +353,13 @@ def cut_page(gray: np.ndarray, cfg: PageSplit) -> list[tuple[Box, np.ndarray]]:
     pieces, piece_of = ink_pieces(mask, min(s.space for s in staves))
     columns = [staff_columns(mask, s, cfg) for s in staves] if cfg.own_ink_only else None
     held, staff_of = owners(
-        pieces, mask, piece_of, staves, strict=cfg.own_ink_only, columns=columns
+        pieces,
+        mask,
+        piece_of,
+        staves,
+        reach=cfg.reach_spaces,
+        strict=cfg.own_ink_only,
+        columns=columns,
     )
     boxes = [_padded(span(mine), h, w) for mine in held]
     if not cfg.own_ink_only:
