@@ -264,6 +264,13 @@ def span(pieces: list[Piece]) -> Piece:
     )
 
 
+def _within(piece: Piece, staff: Staff, spaces: float) -> tuple[int, int]:
+    """The rows of `piece` that lie within `spaces` staff spaces of `staff`'s lines (top >
+    bottom: none)."""
+    reach = round(spaces * staff.space)
+    return max(piece.top, staff.top - reach), min(piece.bottom, staff.bottom + reach)
+
+
 def _gap(
     piece: Piece, staff: int, sky_top: np.ndarray, sky_bottom: np.ndarray, space: float
 ) -> int:
@@ -327,9 +334,7 @@ def owners(
         if not rows:
             free.append(piece)
         for i in crossed:
-            reach_px = round(CROSSING_REACH * staves[i].space)
-            top = max(piece.top, staves[i].top - reach_px)
-            bottom = min(piece.bottom, staves[i].bottom + reach_px)
+            top, bottom = _within(piece, staves[i], CROSSING_REACH)
             if len(crossed) > 1:  # joined across a gap: each staff keeps its side
                 top, bottom = max(top, edges[i] + 1), min(bottom, edges[i + 1])
             held[i].append(Piece(top, bottom, piece.left, piece.right))
@@ -348,9 +353,8 @@ def owners(
         ]
 
     def take(piece: Piece, i: int) -> None:
-        reach_px = round(reach * staves[i].space)  # a line down the page that starts near
-        top = max(piece.top, staves[i].top - reach_px)  # the staff's ink is cut too
-        bottom = min(piece.bottom, staves[i].bottom + reach_px)
+        # a line down the page that starts near the staff's ink is cut too
+        top, bottom = _within(piece, staves[i], reach)
         if top > bottom:
             return
         k = index[id(piece)]
